@@ -1,0 +1,69 @@
+"""Local Spark sessions: ``local[*]``, Arrow on, nothing fetched from the network."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import require
+
+_LOCK = threading.Lock()
+
+# Settings every session gets. Timestamps as INT64 micros (never INT96) so the Parquet files Spark
+# executors write are valid Delta data files; no Ivy/Maven resolution can be triggered.
+BASE_CONF: dict[str, str] = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.jars.ivy": "/nonexistent-no-downloads",
+    "spark.sql.warehouse.dir": os.path.join(os.environ.get("DLTRAIN_HOME", ".dltrain"), "spark-warehouse"),
+    "spark.python.worker.reuse": "true",
+}
+
+
+def spark_session(
+    master: str | None = None,
+    app_name: str = "dltrain",
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Return the active local Spark session, creating it when needed.
+
+    :param master: Spark master; default ``$DLTRAIN_SPARK_MASTER`` or ``local[*]``.
+    :param conf: extra Spark settings (they win over the defaults).
+    """
+    require("pyspark", "spark")
+    from pyspark.sql import SparkSession
+
+    # Workers must run this interpreter: the system Python lacks pyarrow and this package.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with _LOCK:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active
+        builder = SparkSession.builder.master(master or os.environ.get("DLTRAIN_SPARK_MASTER", "local[*]"))
+        builder = builder.appName(app_name)
+        for key, value in {**BASE_CONF, **dict(conf or {})}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
+        return session
+
+
+def delta_spark_available(spark: Any) -> bool:
+    """Whether the Delta Lake Spark jars are on this session's classpath (EMR, Glue, Databricks)."""
+    try:
+        spark._jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension")
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,65 @@
+"""The provider's closed error hierarchy.
+
+Engines (``lake``, ``etl``, ``training``, ``registry``, ``inference``) raise these and never import
+Airflow. The Airflow layer maps :class:`DltrainUserError` to ``AirflowFailException`` (see
+``utils/airflow_errors.py``) so a deterministic mistake does not burn retries, while
+:class:`DltrainTransientError` propagates unchanged so Airflow's retries apply.
+"""
+
+from __future__ import annotations
+
+
+class DltrainError(Exception):
+    """Base class of every error raised by this provider."""
+
+
+class DltrainUserError(DltrainError):
+    """Deterministic misuse: bad spec, bad input or bad schema. Retrying cannot help."""
+
+
+class InvalidSpecError(DltrainUserError, ValueError):
+    """A parameter is missing or malformed; the message names the field and what to do."""
+
+
+class InvalidPartitionError(InvalidSpecError):
+    """A partition value is empty, missing or contains characters that could widen a predicate."""
+
+
+class SchemaMismatchError(DltrainUserError):
+    """The data's schema conflicts with the table's; the message names the columns."""
+
+
+class BadDataError(DltrainUserError):
+    """Too many input rows were rejected; nothing was committed."""
+
+
+class TableNotFoundError(DltrainUserError):
+    """The Delta table (or the requested version) does not exist."""
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+class DltrainTransientError(DltrainError):
+    """A failure that may succeed on retry (a commit conflict, a lost worker, a network error)."""
+
+
+class CommitConflictError(DltrainTransientError):
+    """A concurrent writer changed the same partition; this attempt committed nothing."""
+
+
+class TrainingFailedError(DltrainError):
+    """A training worker failed; the message carries the failing rank's traceback."""
+
+
+def require(module: str, extra: str):  # noqa: ANN201 - returns a module
+    """Import ``module`` or raise :class:`MissingExtraError` naming the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingExtraError(
+            f"{module!r} is not installed: pip install 'airflow-provider-dltrain[{extra}]'"
+        ) from err

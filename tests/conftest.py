@@ -1,0 +1,115 @@
+"""Test environment: everything local, nothing reaches the network.
+
+Airflow reads its configuration at import, so the environment is set before anything imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="dltrain-tests-"))
+
+os.environ.setdefault("DLTRAIN_HOME", str(_SESSION_HOME / "home"))
+os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_SESSION_HOME / 'airflow' / 'airflow.db'}"
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+(_SESSION_HOME / "airflow").mkdir(parents=True, exist_ok=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from airflow_provider_dltrain.etl.spark import spark_session
+
+    session = spark_session(master="local[2]", app_name="dltrain-tests")
+    yield session
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated Airflow metadata DB for tests that run DAGs (``dag.test`` or ``airflow dags test``)."""
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A real moto server on loopback; yields its endpoint URL. Stopped at the end, also on failure."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def s3_bucket(moto_server):
+    """A fresh bucket on the moto server; yields ``(bucket, storage_options)``."""
+    import uuid
+
+    import boto3
+
+    from airflow_provider_dltrain.lake.storage import s3_storage_options
+
+    bucket = f"dltrain-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    options = s3_storage_options(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        endpoint_url=moto_server,
+        allow_unsafe_rename=True,
+    )
+    return bucket, options
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
