@@ -1,0 +1,38 @@
+"""Read what the engines need from an Airflow task context (Airflow layer only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None and hasattr(value, "isoformat") else None
+
+
+def run_info(context: Any) -> dict[str, Any]:
+    """dag_id, run_id, task_id, try_number, logical date and data interval of the running task."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag_run = context.get("dag_run")
+    return {
+        "dag_id": getattr(ti, "dag_id", None) or getattr(dag_run, "dag_id", None),
+        "run_id": getattr(ti, "run_id", None) or context.get("run_id"),
+        "task_id": getattr(ti, "task_id", None),
+        "try_number": getattr(ti, "try_number", None),
+        "logical_date": _iso(context.get("logical_date")),
+        "data_interval_start": _iso(context.get("data_interval_start")),
+        "data_interval_end": _iso(context.get("data_interval_end")),
+    }
+
+
+def commit_metadata_from(context: Any) -> dict[str, str]:
+    """Delta commit metadata naming the Airflow task that committed."""
+    from airflow_provider_dltrain.lake.write import commit_metadata
+
+    info = run_info(context)
+    return commit_metadata(
+        dag_id=info["dag_id"],
+        run_id=info["run_id"],
+        task_id=info["task_id"],
+        try_number=info["try_number"],
+        logical_date=info["logical_date"],
+    )
