@@ -27,6 +27,8 @@ BASE_CONF: dict[str, str] = {
     "spark.jars.ivy": "/nonexistent-no-downloads",
     "spark.sql.warehouse.dir": os.path.join(os.environ.get("DLTRAIN_HOME", ".dltrain"), "spark-warehouse"),
     "spark.python.worker.reuse": "true",
+    # Delta partition directories hold strings ("ds=2026-11-28"); never let Spark turn them into dates.
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
 }
 
 

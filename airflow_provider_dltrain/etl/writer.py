@@ -1,0 +1,255 @@
+"""Spark DataFrame → one Delta partition, without the Delta Spark jars.
+
+Executors write Parquet files with Arrow straight into the table directory (good rows) and the
+quarantine table (rows the transform marked with a non-null ``_error``) and send back only file
+metadata; the driver checks the bad-row fraction and commits one overwrite per table through
+delta-rs. Driver memory grows with the number of files, never with the data. Where the Delta Spark
+jars are on the classpath (EMR, Glue) ``use_delta_spark=True`` writes ``format("delta")`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_dltrain.etl.arrow_files import QUARANTINE_FIELDS, file_writer_fn, result_schema
+from airflow_provider_dltrain.etl.progress import SparkProgress
+from airflow_provider_dltrain.exceptions import BadDataError, InvalidSpecError
+from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
+from airflow_provider_dltrain.lake.write import (
+    SchemaMode,
+    WrittenFile,
+    check_schema,
+    commit_files,
+    table_arrow_schema,
+)
+
+log = logging.getLogger(__name__)
+ERROR_COLUMN = "_error"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ETL write committed."""
+
+    ref: DeltaRef
+    rows_written: int
+    rows_quarantined: int
+    files_written: int
+    quarantine_ref: DeltaRef | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.ref.to_dict(),
+            "rows_written": self.rows_written,
+            "rows_quarantined": self.rows_quarantined,
+            "files_written": self.files_written,
+            "quarantine": self.quarantine_ref.to_dict() if self.quarantine_ref else None,
+            "quarantine_reasons": self.reasons,
+        }
+
+
+def default_quarantine_uri(table_uri: str) -> str:
+    return normalize_uri(table_uri).rstrip("/") + "_quarantine"
+
+
+def _data_schema(df: Any, partition_by: Sequence[str]) -> Any:
+    """Arrow schema of the data files: the DataFrame's columns minus partition and error columns."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema)
+    # Nullable like every Spark-written Delta column, so a later run whose DataFrame Spark happens to
+    # infer as nullable is not refused.
+    keep = [f.with_nullable(True) for f in schema if f.name not in set(partition_by) | {ERROR_COLUMN}]
+    return pa.schema(keep)
+
+
+def _table_schema(data_schema: Any, partition_by: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema([*data_schema, *[pa.field(c, pa.string()) for c in partition_by]])
+
+
+def _quarantine_table_schema(partition_by: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema([*QUARANTINE_FIELDS(), *[pa.field(c, pa.string()) for c in partition_by]])
+
+
+def _delete_files(uri: str, files: Sequence[WrittenFile], options: StorageOptions | None) -> None:
+    fs, root = filesystem(uri, options)
+    for f in files:
+        try:
+            fs.delete_file(join(root, f.path))
+        except (FileNotFoundError, OSError):
+            log.warning("could not remove unreferenced file %s of %s", f.path, uri)
+
+
+def write_dataframe(
+    df: Any,
+    table_uri: str,
+    partition: Mapping[str, object],
+    *,
+    partition_by: Sequence[str] | None = None,
+    schema_mode: SchemaMode = "strict",
+    metadata: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
+    quarantine_uri: str | None = None,
+    max_bad_fraction: float = 0.0,
+    use_delta_spark: bool = False,
+) -> WriteResult:
+    """Replace ``partition`` of ``table_uri`` with ``df`` (bad rows to quarantine) in one commit each.
+
+    :param df: Spark DataFrame; a non-null ``_error`` string marks a row as bad.
+    :param partition: e.g. ``{"ds": "2026-11-28"}``; validated, never empty.
+    :param max_bad_fraction: above this share of bad rows nothing is committed to either table.
+    :raises SchemaMismatchError: before anything is written, naming the conflicting columns.
+    :raises BadDataError: too many bad rows; the files written are removed, nothing is committed.
+    """
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise InvalidSpecError(f"max_bad_fraction must be within [0, 1], got {max_bad_fraction!r}")
+    table_uri = normalize_uri(table_uri)
+    spec = part.validate_partition(partition)
+    columns = list(partition_by or sorted(spec))
+    if set(columns) != set(spec):
+        raise InvalidSpecError(f"partition {spec} must name exactly the partition columns {columns}")
+    quarantine_uri = normalize_uri(quarantine_uri or default_quarantine_uri(table_uri))
+    data_schema = _data_schema(df, columns)
+    table_schema = _table_schema(data_schema, columns)
+    # Fail on a schema conflict before any Spark job runs or any file is written.
+    check_schema(table_arrow_schema(table_uri, storage_options), table_schema, schema_mode=schema_mode, where=table_uri)
+    if use_delta_spark:
+        return _write_with_delta_spark(df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata)
+    return _write_with_delta_rs(
+        df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata, storage_options,
+        data_schema, table_schema, schema_mode,
+    )
+
+
+def _write_with_delta_rs(  # noqa: PLR0913 - internal, keyword-rich by nature
+    df: Any,
+    table_uri: str,
+    spec: dict[str, str],
+    columns: list[str],
+    quarantine_uri: str,
+    max_bad_fraction: float,
+    metadata: Mapping[str, str] | None,
+    storage_options: StorageOptions | None,
+    data_schema: Any,
+    table_schema: Any,
+    schema_mode: SchemaMode,
+) -> WriteResult:
+    write_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:10]}"
+    rel_dir = part.path_of(spec, columns)
+    has_error = ERROR_COLUMN in df.columns
+    fn = file_writer_fn(
+        table_uri=table_uri,
+        quarantine_uri=quarantine_uri,
+        rel_dir=rel_dir,
+        write_id=write_id,
+        data_schema=data_schema,
+        partition=spec,
+        has_error_column=has_error,
+        storage_options=dict(storage_options or {}),
+    )
+    started = time.monotonic()
+    with SparkProgress(df.sparkSession, f"writing {rel_dir} of {table_uri}"):
+        rows = df.mapInArrow(fn, result_schema()).collect()
+    good = [_written(r) for r in rows if r["kind"] == "good"]
+    bad = [_written(r) for r in rows if r["kind"] == "bad"]
+    mismatched = sum(int(r["mismatched"]) for r in rows)
+    if mismatched:
+        _delete_files(table_uri, good, storage_options)
+        _delete_files(quarantine_uri, bad, storage_options)
+        raise InvalidSpecError(
+            f"{mismatched} row(s) have a partition column value other than {spec}; a write of {rel_dir} "
+            "may only contain that partition. Nothing was committed."
+        )
+    reasons: dict[str, int] = {}
+    for r in rows:
+        for reason, count in (r["reasons"] or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + int(count)
+    n_good, n_bad = sum(f.num_records for f in good), sum(f.num_records for f in bad)
+    total = n_good + n_bad
+    log.info(
+        "wrote %d good row(s) in %d file(s) and %d quarantined row(s) for %s in %.1fs",
+        n_good, len(good), n_bad, rel_dir, time.monotonic() - started,
+    )
+    if total and n_bad / total > max_bad_fraction:
+        _delete_files(table_uri, good, storage_options)
+        _delete_files(quarantine_uri, bad, storage_options)
+        top = ", ".join(f"{k!r} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:5])
+        raise BadDataError(
+            f"{n_bad} of {total} row(s) ({n_bad / total:.1%}) of {rel_dir} were rejected, above "
+            f"max_bad_fraction={max_bad_fraction:.1%}; nothing was committed to {table_uri} or "
+            f"{quarantine_uri}. Reasons: {top}. Fix the inputs or raise max_bad_fraction."
+        )
+    quarantine_ref = None
+    if bad or table_arrow_schema(quarantine_uri, storage_options) is not None:
+        # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
+        quarantine_ref = commit_files(
+            quarantine_uri, bad, _quarantine_table_schema(columns), spec, partition_by=columns,
+            metadata=metadata, storage_options=storage_options,
+        )
+    ref = commit_files(
+        table_uri, good, table_schema, spec, partition_by=columns, schema_mode=schema_mode,
+        metadata=metadata, storage_options=storage_options,
+    )
+    return WriteResult(ref, n_good, n_bad, len(good), quarantine_ref, reasons)
+
+
+def _written(row: Any) -> WrittenFile:
+    return WrittenFile(row["path"], int(row["size"]), int(row["num_records"]), row["stats"], int(row["mtime"]))
+
+
+def _write_with_delta_spark(
+    df: Any,
+    table_uri: str,
+    spec: dict[str, str],
+    columns: list[str],
+    quarantine_uri: str,
+    max_bad_fraction: float,
+    metadata: Mapping[str, str] | None,
+) -> WriteResult:
+    """The same contract through the Delta Spark writer (``replaceWhere``), for clusters with the jars."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_dltrain.lake.log import DeltaLog
+
+    df = df.cache()
+    try:
+        for col, val in spec.items():
+            df = df.withColumn(col, F.lit(val))
+        has_error = ERROR_COLUMN in df.columns
+        bad_df = df.filter(F.col(ERROR_COLUMN).isNotNull()) if has_error else df.limit(0)
+        good_df = df.filter(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN) if has_error else df
+        n_bad, n_good = bad_df.count(), good_df.count()
+        total = n_bad + n_good
+        if total and n_bad / total > max_bad_fraction:
+            raise BadDataError(
+                f"{n_bad} of {total} row(s) of {spec} were rejected, above max_bad_fraction="
+                f"{max_bad_fraction:.1%}; nothing was committed"
+            )
+        where = part.predicate(spec)
+        options = {"replaceWhere": where, **{f"userMetadata.{k}": v for k, v in (metadata or {}).items()}}
+        if n_bad:
+            reason = F.col(ERROR_COLUMN)
+            source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
+            record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *columns)]))
+            (
+                bad_df.select(source.alias("source_file"), reason.alias("reason"), record.alias("record"), *columns)
+                .write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(quarantine_uri)
+            )
+        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(table_uri)
+    finally:
+        df.unpersist()
+    log_ = DeltaLog(table_uri)
+    return WriteResult(log_.ref(log_.latest_version() or 0), n_good, n_bad, 0)
