@@ -1,0 +1,47 @@
+"""Nightly ingest: the day's landed digit images → one partition of the ``digits`` Delta table.
+
+Runs on a ``CronDataIntervalTimetable`` so every run (scheduled, backfilled or re-run) covers
+[D, D+1) and writes partition ``ds = D`` taken from ``data_interval_start``. Re-running a date
+replaces exactly that partition; broken files go to ``digits_quarantine`` with a reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Asset
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from airflow_provider_dltrain.demo import paths
+from airflow_provider_dltrain.operators.spark import DeltaWriteOptions, SparkToDeltaOperator
+
+DS = "{{ data_interval_start | ds }}"
+DIGITS = paths.table("digits")
+DIGITS_ASSET = Asset(name="dltrain_digits", uri=f"file://{DIGITS}")
+
+with DAG(
+    dag_id="dltrain_ingest",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+    start_date=datetime(2026, 11, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    tags=["dltrain", "ingest"],
+    doc_md=__doc__,
+):
+    SparkToDeltaOperator(
+        task_id="ingest_images",
+        table_uri=DIGITS,
+        partition={"ds": DS},
+        transform="airflow_provider_dltrain.demo.digits_etl:decode_digits",
+        inputs={
+            "images": {
+                "path": f"{paths.landing()}/{DS}/images",
+                "format": "binaryFile",
+                "options": {"pathGlobFilter": "*.png"},
+            },
+            "labels": {"path": f"{paths.landing()}/{DS}/labels.csv", "format": "csv"},
+        },
+        write=DeltaWriteOptions(max_bad_fraction=0.05, num_files=2),
+        outlets=[DIGITS_ASSET],
+    )
