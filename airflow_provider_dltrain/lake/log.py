@@ -10,7 +10,7 @@ delta-rs, which is always correct.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
@@ -60,9 +60,10 @@ class DeltaLog:
         files: O(log n) existence checks for n commits since the checkpoint.
         """
         checkpoint = self.last_checkpoint()
-        low = max(int(checkpoint["version"]) if checkpoint else -1, at_least if at_least is not None else -1)
-        if low >= 0 and not self.commit_exists(low) and checkpoint is None:
-            low = -1
+        low = int(checkpoint["version"]) if checkpoint else -1
+        # ``at_least`` is only a hint: trusting a version that was never committed would report it
+        if at_least is not None and at_least > low and self.commit_exists(at_least):
+            low = at_least
         if low < 0:
             if not self.commit_exists(0):
                 return None
@@ -85,7 +86,8 @@ class DeltaLog:
         text = self._read_text(self._commit_path(version))
         if text is None:
             raise TableNotFoundError(
-                f"version {version} of {self.uri} has no commit file (never written, or its log was cleaned up)"
+                f"version {version} of {self.uri} has no commit file "
+                "(never written, or its log was cleaned up)"
             )
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -123,17 +125,80 @@ class DeltaLog:
                     active.pop(action["remove"]["path"], None)
         return set(active.values())
 
-    def _checkpoint_adds(self, checkpoint: dict[str, Any]) -> dict[str, tuple[tuple[str, str | None], ...]] | None:
+    def has_partition(self, version: int, wanted: Sequence[tuple[str, str]]) -> bool | None:
+        """Whether ``version`` has a live file whose partition values include every ``wanted`` pair.
+
+        Reads the commits from ``version`` back to the newest checkpoint at or below it, stopping at
+        the first live file of the partition, then only that checkpoint's ``add.path`` and
+        ``add.partitionValues`` columns. The cost depends on the checkpoint interval and the number
+        of live files, never on the length of the history. ``None`` when the fast path cannot answer.
+        """
+        checkpoint = self.last_checkpoint()
+        base = int(checkpoint["version"]) if checkpoint and int(checkpoint["version"]) <= version else -1
+        removed: set[str] = set()
+        for v in range(version, base, -1):
+            text = self._read_text(self._commit_path(v))
+            if text is None:  # cleaned-up log or unreadable file: let delta-rs answer
+                return None
+            actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+            # an add and a remove of one path in one commit (a new deletion vector): the add is live
+            for action in actions:
+                add = action.get("add")
+                if add and add["path"] not in removed and _matches(add.get("partitionValues"), wanted):
+                    return True
+            removed.update(a["remove"]["path"] for a in actions if a.get("remove"))
+        if base < 0:
+            return False
+        assert checkpoint is not None
+        paths = self._checkpoint_paths(checkpoint, wanted)
+        return None if paths is None else bool(paths - removed)
+
+    def _checkpoint_paths(
+        self, checkpoint: dict[str, Any], wanted: Sequence[tuple[str, str]]
+    ) -> set[str] | None:
+        """Paths of the checkpoint's ``add`` actions in the wanted partition (matched in Arrow)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if "v2Checkpoint" in checkpoint or "checkpointSchema" in checkpoint and "sidecar" in str(checkpoint):
+        names = self._checkpoint_names(checkpoint)
+        if names is None:
+            return None
+        paths: set[str] = set()
+        for name in names:
+            try:
+                # ParquetFile.read: a quarter of read_table's fixed cost, which dominates small files
+                with self._fs.open_input_file(join(self._log, name)) as handle:
+                    table = pq.ParquetFile(handle).read(
+                        columns=["add.path", "add.partitionValues"], use_threads=False
+                    )
+                found = _paths_in_partition(table.column("add").combine_chunks(), wanted)
+            except (OSError, KeyError, AttributeError, ValueError, pa.ArrowException):
+                return None
+            if found is None:
+                return None
+            paths.update(found)
+        return paths
+
+    def _checkpoint_names(self, checkpoint: dict[str, Any]) -> list[str] | None:
+        if "v2Checkpoint" in checkpoint or (
+            "checkpointSchema" in checkpoint and "sidecar" in str(checkpoint)
+        ):
             return None
         version = int(checkpoint["version"])
         parts = checkpoint.get("parts")
         if parts:
-            names = [f"{version:020d}.checkpoint.{i:010d}.{int(parts):010d}.parquet" for i in range(1, int(parts) + 1)]
-        else:
-            names = [f"{version:020d}.checkpoint.parquet"]
+            total = int(parts)
+            return [f"{version:020d}.checkpoint.{i:010d}.{total:010d}.parquet" for i in range(1, total + 1)]
+        return [f"{version:020d}.checkpoint.parquet"]
+
+    def _checkpoint_adds(
+        self, checkpoint: dict[str, Any]
+    ) -> dict[str, tuple[tuple[str, str | None], ...]] | None:
+        import pyarrow.parquet as pq
+
+        names = self._checkpoint_names(checkpoint)
+        if names is None:
+            return None
         active: dict[str, tuple[tuple[str, str | None], ...]] = {}
         for name in names:
             path = join(self._log, name)
@@ -145,6 +210,31 @@ class DeltaLog:
                 if add is not None and add.get("path"):
                     active[add["path"]] = _pv_key(add.get("partitionValues"))
         return active
+
+
+def _paths_in_partition(adds: Any, wanted: Sequence[tuple[str, str]]) -> list[str] | None:
+    """Paths of the non-null ``add`` structs whose partition map holds every wanted pair."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = adds.field("partitionValues")  # MapArray; pyarrow's map_lookup can abort on these
+    offsets = values.offsets.to_numpy()
+    if len(values.keys) != offsets[-1] - offsets[0] or offsets[0] != 0:
+        return None  # a sliced map array: do not guess how its entries line up
+    hits = np.zeros(len(values.keys), dtype=np.int64)
+    for column, value in wanted:
+        pair = pc.and_(pc.equal(values.keys, column), pc.equal(values.items, value))
+        hits += pc.fill_null(pair, False).to_numpy(zero_copy_only=False)
+    parent = np.repeat(np.arange(len(values)), np.diff(offsets))
+    per_row = np.bincount(parent, weights=hits, minlength=len(values))
+    rows = np.nonzero((per_row == len(wanted)) & adds.is_valid().to_numpy(zero_copy_only=False))[0]
+    return [p for p in adds.field("path").take(pa.array(rows, pa.int64())).to_pylist() if p]
+
+
+def _matches(values: Any, wanted: Sequence[tuple[str, str]]) -> bool:
+    values = values or {}
+    return all(values.get(column) == value for column, value in wanted)
 
 
 def _pv_key(values: Any) -> tuple[tuple[str, str | None], ...]:

@@ -70,14 +70,17 @@ def as_of(uri: str, when: datetime, storage_options: StorageOptions | None = Non
 def has_partition(
     uri: str, version: int, partition: dict[str, str], storage_options: StorageOptions | None = None
 ) -> bool:
-    """Whether ``version`` of the table has at least one file in ``partition``."""
-    wanted = part.key(partition)
-    present = DeltaLog(uri, storage_options).partitions(version)
+    """Whether ``version`` of the table has at least one file in ``partition``.
+
+    Cheap at the newest version: the commits since the last checkpoint and that checkpoint's
+    partition columns (see :meth:`DeltaLog.has_partition`), whatever the length of the history.
+    """
+    wanted = [(c, str(v)) for c, v in part.key(partition)]
+    present = DeltaLog(uri, storage_options).has_partition(version, wanted)
     if present is None:  # unusual log layout: ask delta-rs
         table = open_table(uri, version, storage_options)
-        return bool(table.files(part.filters(partition)))
-    columns = {c for c, _ in wanted}
-    return any({(c, v) for c, v in key if c in columns} == set(wanted) for key in present)
+        return bool(table.file_uris(part.filters(partition)))
+    return present
 
 
 def active_files(

@@ -1,0 +1,7 @@
+"""Triggers of this provider (importing them loads no deltalake, pyarrow, torch or pyspark)."""
+
+from __future__ import annotations
+
+from airflow_provider_dltrain.triggers.delta import DeltaTableVersionTrigger
+
+__all__ = ["DeltaTableVersionTrigger"]

@@ -1,0 +1,153 @@
+"""Wait for a version of a Delta table that meets conditions, then pass its ``DeltaRef`` on through XCom."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+
+from airflow_provider_dltrain.hooks.delta import DeltaTableHook, VersionCheck, VersionConditions
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DeltaTableVersionSensor(BaseSensorOperator):
+    """Succeed once the table's newest version meets every condition; return that ``DeltaRef`` dict.
+
+    With no condition it waits for the table to exist. Pokes read a few small files of the
+    ``_delta_log`` (their cost does not grow with the history); ``deferrable=True`` hands the wait
+    to the triggerer. On timeout it raises ``AirflowSensorTimeout`` naming the table and the unmet
+    conditions; an invalid condition fails the task at once, without retries.
+
+    :param table_uri: local path or ``s3://`` URI of the Delta table (templated).
+    :param min_version: succeed only on a version ``>= min_version``.
+    :param partition: succeed only when this partition has a live file in the newest version,
+        e.g. ``{"ds": "{{ ds }}"}`` (templated).
+    :param newer_than: a ``DeltaRef`` (or its dict, JSON or an ``XComArg``) of the same table;
+        succeed only on a newer version (templated).
+    :param aws_conn_id: Amazon provider ``aws`` connection for ``s3://`` tables.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between two looks at the table (``poke_interval`` is an alias).
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "partition", "newer_than")
+    template_fields_renderers = {"partition": "json", "newer_than": "json"}
+    ui_color = "#d7ecf5"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        min_version: int | None = None,
+        partition: Mapping[str, str] | None = None,
+        newer_than: DeltaRef | Mapping[str, Any] | str | None = None,
+        aws_conn_id: str | None = "aws_default",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        poke_interval = kwargs.pop("poke_interval", poll_interval)
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.table_uri = table_uri
+        self.min_version = min_version
+        self.partition = partition
+        # a DeltaRef object is kept as its dict: templated fields must serialise with the DAG
+        self.newer_than = newer_than.to_dict() if isinstance(newer_than, DeltaRef) else newer_than
+        self.aws_conn_id = aws_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = self.poke_interval
+        self._last_check: VersionCheck | None = None
+
+    @cached_property
+    def hook(self) -> DeltaTableHook:
+        return DeltaTableHook(aws_conn_id=self.aws_conn_id)
+
+    def _conditions(self) -> VersionConditions:
+        with fail_fast_on_user_error():
+            return VersionConditions.parse(self.table_uri, self.min_version, self.partition, self.newer_than)
+
+    def _check(self) -> VersionCheck:
+        conditions = self._conditions()
+        with fail_fast_on_user_error():
+            check = self.hook.check_version(
+                conditions.table_uri, conditions.min_version, conditions.partition, conditions.newer_than
+            )
+        self._last_check = check
+        return check
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        check = self._check()
+        self.log.info("%s: %s", check.conditions.table_uri, check.summary())
+        if check.ref is None:
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=check.ref.to_dict())
+
+    def execute(self, context: Context) -> Any:
+        conditions = self._conditions()
+        if not self.deferrable:
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout as err:
+                raise AirflowSensorTimeout(self._timeout_message(self._last_check)) from err
+        check = self._check()  # already there: no need to occupy the triggerer
+        if check.ref is not None:
+            self.log.info("%s: %s", conditions.table_uri, check.summary())
+            return check.ref.to_dict()
+        from airflow_provider_dltrain.triggers.delta import DeltaTableVersionTrigger
+
+        self.defer(
+            trigger=DeltaTableVersionTrigger(
+                **conditions.to_kwargs(), aws_conn_id=self.aws_conn_id, poll_interval=self.poll_interval
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Return the ``DeltaRef`` dict the trigger found, or raise what stopped it."""
+        event = event or {}
+        status = event.get("status")
+        if status == "success":
+            with fail_fast_on_user_error():
+                return DeltaRef.coerce(event["ref"]).to_dict()
+        if status == "error":
+            message = f"waiting for a version of Delta table {self.table_uri} failed: {event.get('message')}"
+            if event.get("retryable", True):
+                raise AirflowException(message)
+            raise AirflowFailException(message)
+        raise AirflowException(
+            f"the trigger waiting on Delta table {self.table_uri} sent no recognisable event "
+            f"(status {status!r})"
+        )
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except AirflowSensorTimeout as err:
+            raise AirflowSensorTimeout(self._timeout_message(self._final_check())) from err
+
+    def _final_check(self) -> VersionCheck | None:
+        try:
+            return self._check()
+        except Exception:  # the timeout message must not depend on the table being readable
+            return None
+
+    def _timeout_message(self, check: VersionCheck | None) -> str:
+        try:
+            wanted = self._conditions().describe()
+        except AirflowFailException:
+            wanted = "the configured conditions"
+        seen = check.summary() if check is not None else "the table could not be read at the end"
+        return (
+            f"Delta table {self.table_uri}: no version met [{wanted}] within the timeout of "
+            f"{self.timeout:g}s (last look: {seen}). "
+            "Check that the upstream task committed it, or raise `timeout`."
+        )
