@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def default_tracking_uri() -> str:
@@ -13,6 +17,14 @@ def default_tracking_uri() -> str:
     home = os.path.abspath(os.environ.get("DLTRAIN_HOME", ".dltrain"))
     os.makedirs(home, exist_ok=True)
     return f"sqlite:///{os.path.join(home, 'mlflow.db')}"
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def redact_uri(uri: str | None) -> str | None:
+    """``uri`` with any ``user:password@`` part replaced by ``***@`` (safe to log)."""
+    return _USERINFO.sub("***@", uri) if uri else uri
 
 
 @dataclass(frozen=True)
@@ -36,8 +48,33 @@ class TrackingConfig:
         mlflow.set_tracking_uri(self.tracking_uri)
         mlflow.set_registry_uri(self.registry_uri or self.tracking_uri)
 
-    def client(self):  # noqa: ANN201 - mlflow.MlflowClient
+    def __repr__(self) -> str:
+        return (f"TrackingConfig(tracking_uri={redact_uri(self.tracking_uri)!r}, "
+                f"registry_uri={redact_uri(self.registry_uri)!r}, env=<{len(self.env)} hidden>)")
+
+    @contextlib.contextmanager
+    def environment(self, **overrides: str) -> Iterator[None]:
+        """Credentials (plus ``overrides``) in ``os.environ`` for the block only; previous values restored.
+
+        For long-lived processes (the API server's connection test) that must not keep one
+        connection's credentials around for the next.
+        """
+        changes = {**self.env, **overrides}
+        saved = {key: os.environ.get(key) for key in changes}
+        os.environ.update(changes)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def client(self) -> Any:  # an mlflow.MlflowClient
+        """An ``MlflowClient`` on this store; credentials are exported to this process's environment."""
         from mlflow import MlflowClient
 
         os.environ.update(self.env)
-        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri or self.tracking_uri)
+        registry = self.registry_uri or self.tracking_uri
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry)
