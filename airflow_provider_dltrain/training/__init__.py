@@ -1,0 +1,55 @@
+"""Training engine (no Airflow): one ``train(ctx)`` function, any backend, one pinned Delta version.
+
+>>> from airflow_provider_dltrain.training import run_training
+>>> result = run_training("airflow_provider_dltrain.demo.digits_model:train", ref,
+...                       {"epochs": 10, "batch_size": 32}, backend="torch_distributor",
+...                       backend_options={"num_processes": 2})
+
+Nothing here imports torch, mlflow or pyspark at import time.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_dltrain.training.backends import (
+    Backend,
+    LocalBackend,
+    TorchDistributorBackend,
+    get_backend,
+    register_backend,
+)
+from airflow_provider_dltrain.training.context import TrainContext
+from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerprint, normalize_filter, resolve
+from airflow_provider_dltrain.training.errors import TrainingUserError
+from airflow_provider_dltrain.training.hashing import code_hash, params_hash
+from airflow_provider_dltrain.training.loader import DeltaLoader, LoaderSpec, rank_slices, step_layout
+from airflow_provider_dltrain.training.runner import TrainResult, data_cutoff, load_train_fn, run_training
+from airflow_provider_dltrain.training.tracking import TAG_KEYS
+from airflow_provider_dltrain.training.worker import RankJob, run_rank
+
+__all__ = [
+    "TAG_KEYS",
+    "Backend",
+    "DataFile",
+    "DeltaLoader",
+    "LoaderSpec",
+    "LocalBackend",
+    "RankJob",
+    "ScanPlan",
+    "TorchDistributorBackend",
+    "TrainContext",
+    "TrainResult",
+    "TrainingUserError",
+    "code_hash",
+    "data_cutoff",
+    "fingerprint",
+    "get_backend",
+    "load_train_fn",
+    "normalize_filter",
+    "params_hash",
+    "rank_slices",
+    "register_backend",
+    "resolve",
+    "run_training",
+    "run_rank",
+    "step_layout",
+]

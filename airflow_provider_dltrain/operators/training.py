@@ -1,0 +1,146 @@
+"""``TrainModelOperator``: train on one pinned Delta version, anywhere, tracked in MLflow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseOperator, BaseOperatorLink
+
+from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.utils.context import run_info
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.types import TaskInstanceKey
+
+MLFLOW_RUN_URL_KEY = "mlflow_run_url"
+
+
+def mlflow_run_url(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
+    """The MLflow UI page of a run when the tracking store is a server; "" for a local SQLite store."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme not in ("http", "https") or not experiment_id:
+        return ""
+    host = parsed.hostname or ""
+    netloc = f"{host}:{parsed.port}" if parsed.port else host  # never the user:password part
+    return f"{parsed.scheme}://{netloc}{parsed.path.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+class MlflowRunLink(BaseOperatorLink):
+    """ "MLflow run" button: the run a TrainModelOperator task logged to."""
+
+    name = "MLflow run"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.bases.xcom import BaseXCom
+
+        value = BaseXCom.get_value(ti_key=ti_key, key=MLFLOW_RUN_URL_KEY)  # type: ignore[arg-type]
+        return str(value) if value else ""
+
+
+class TrainModelOperator(BaseOperator):
+    """Run ``train_fn(ctx)`` on exactly ``dataset``'s Delta version and return a TrainResult dict.
+
+    The training function never sees Airflow: the same function runs in a notebook with
+    ``run_training``. Where it runs is chosen by composition, e.g. ``backend="torch_distributor",
+    backend_options={"num_processes": 2}``. Deterministic errors (bad spec, bad data, a user error
+    in a rank) fail the task without retries; per-epoch progress appears in the task log.
+
+    Returns ``{run_id, model_uri, metrics, dataset, params, experiment_id, data_fingerprint,
+    code_hash, params_hash, world_size, run_dir}``.
+
+    :param dataset: the pinned version, a DeltaRef dict or the XComArg of the task producing it (templated).
+    :param train_fn: ``train(ctx) -> dict[str, float]`` or ``"package.module:function"`` (preferred in
+        DAG files: nothing heavy is imported while the DAG is parsed).
+    :param hparams: hyper-parameters given to ``ctx.hparams``; ``seed`` seeds every rank (templated).
+    :param data_filter: DNF filter, e.g. ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
+    :param data_cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound
+        on a partition column in ``data_filter`` (templated).
+    :param backend: ``"local"``, ``"torch_distributor"``, another registered name, or a backend object.
+    :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``.
+    :param experiment_name: MLflow experiment (default: the DAG id) (templated).
+    :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    """
+
+    template_fields: Sequence[str] = ("dataset", "hparams", "data_filter", "data_cutoff", "experiment_name")
+    template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json"}
+    operator_extra_links = (MlflowRunLink(),)
+    ui_color = "#fde9d9"
+
+    def __init__(
+        self,
+        *,
+        dataset: Any,
+        train_fn: Any,
+        hparams: Mapping[str, Any] | None = None,
+        data_filter: Any = None,
+        data_cutoff: str | None = None,
+        backend: Any = "local",
+        backend_options: Mapping[str, Any] | None = None,
+        experiment_name: str | None = None,
+        mlflow_conn_id: str = "mlflow_default",
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dataset = dataset
+        self.train_fn = train_fn
+        self.hparams = dict(hparams or {})
+        self.data_filter = data_filter
+        self.data_cutoff = data_cutoff
+        self.backend = backend
+        self.backend_options = dict(backend_options or {})
+        self.experiment_name = experiment_name
+        self.mlflow_conn_id = mlflow_conn_id
+        self.aws_conn_id = aws_conn_id
+
+    def _storage_options(self, uri: str) -> dict[str, str] | None:
+        if not self.aws_conn_id:
+            return None
+        from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+
+        return DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(uri)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+        from airflow_provider_dltrain.training.runner import run_training
+
+        info = run_info(context)
+        with fail_fast_on_user_error():
+            ref = DeltaRef.coerce(self.dataset)
+            tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+            result = run_training(
+                self.train_fn,
+                ref,
+                self.hparams,
+                backend=self.backend,
+                backend_options=self.backend_options,
+                data_filter=self.data_filter,
+                tracking=tracking,
+                experiment_name=self.experiment_name or str(info["dag_id"] or "dltrain"),
+                run_name=f"{info['dag_id']}.{info['task_id']}.{info['run_id']}",
+                tags=_lineage_tags(info),
+                cutoff=self.data_cutoff or None,
+                storage_options=self._storage_options(ref.uri),
+            )
+        url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
+        context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
+        self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
+        return result.to_dict()
+
+
+def _lineage_tags(info: Mapping[str, Any]) -> dict[str, str]:
+    names = (
+        "dag_id",
+        "run_id",
+        "task_id",
+        "try_number",
+        "logical_date",
+        "data_interval_start",
+        "data_interval_end",
+    )
+    return {f"dltrain.{name}": str(info[name]) for name in names if info.get(name) is not None}

@@ -1,0 +1,170 @@
+"""Where the training function runs: in this process, or as a DDP job launched by TorchDistributor.
+
+A backend is anything with ``name``, ``world_size`` and ``run(job) -> rank 0's report`` that raises
+:class:`~airflow_provider_dltrain.exceptions.TrainingFailedError` (or its user-error subclass) on
+failure. Backends are chosen by composition - a name plus options, or an object - never by an
+operator subclass per place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.training.errors import failure
+from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Runs a :class:`RankJob` on ``world_size`` processes and returns rank 0's report."""
+
+    name: str
+
+    @property
+    def world_size(self) -> int: ...
+
+    def run(self, job: RankJob) -> dict[str, Any]: ...
+
+
+class LocalBackend:
+    """One process: this one. What a notebook, a test or a single Airflow task uses."""
+
+    name = "local"
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        """:param num_threads: torch intra-op threads while training (default: torch's own choice)."""
+        self.num_threads = num_threads
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    def run(self, job: RankJob) -> dict[str, Any]:
+        import torch
+
+        previous = torch.get_num_threads()
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        try:
+            return execute(job, rank=0, world_size=1, local_rank=0)
+        except Exception as err:
+            record_failure(job.run_dir, 0, err)
+            raise failure(job.run_dir, 1) from err
+        finally:
+            torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def _inherit_sys_path() -> Iterator[None]:
+    """Let torchrun's processes import what this process can (test modules, DAG folders)."""
+    before = os.environ.get("PYTHONPATH")
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([*(before.split(os.pathsep) if before else []), *paths])
+    )
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+class TorchDistributorBackend:
+    """DDP over ``num_processes`` processes launched by ``pyspark.ml.torch.distributor.TorchDistributor``.
+
+    ``local_mode=True`` runs torchrun on this machine (gloo on CPU, one thread per process);
+    ``local_mode=False`` is the same call on a Spark cluster, one barrier task per process.
+
+    :param num_processes: number of ranks.
+    :param local_mode: run on the driver (True) or on the cluster's executors (False).
+    :param use_gpu: one GPU per process (needs Spark GPU resources configured).
+    :param spark_conf: extra Spark settings if this backend has to start the session.
+    """
+
+    name = "torch_distributor"
+
+    def __init__(
+        self,
+        num_processes: int = 2,
+        local_mode: bool = True,
+        use_gpu: bool = False,
+        spark_conf: Mapping[str, str] | None = None,
+    ) -> None:
+        if int(num_processes) < 1:
+            raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
+        self.num_processes = int(num_processes)
+        self.local_mode = bool(local_mode)
+        self.use_gpu = bool(use_gpu)
+        self.spark_conf = dict(spark_conf or {})
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes
+
+    def run(self, job: RankJob) -> dict[str, Any]:
+        from airflow_provider_dltrain.etl.spark import spark_session
+        from airflow_provider_dltrain.exceptions import require
+        from airflow_provider_dltrain.training.pickling import dumps
+        from airflow_provider_dltrain.training.worker import run_rank
+
+        require("pyspark", "spark")
+        from pyspark.ml.torch.distributor import TorchDistributor
+
+        spark_session(conf=self.spark_conf)
+        payload = dumps(job, job.train_fn)
+        distributor = TorchDistributor(
+            num_processes=self.num_processes, local_mode=self.local_mode, use_gpu=self.use_gpu
+        )
+        try:
+            with _inherit_sys_path() if self.local_mode else contextlib.nullcontext():
+                output = distributor.run(run_rank, payload)
+        except Exception as err:
+            raise failure(job.run_dir, self.num_processes, str(err)) from err
+        if not isinstance(output, dict):
+            raise failure(
+                job.run_dir, self.num_processes, f"rank 0 returned {type(output).__name__}, not a report"
+            )
+        return output
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {
+    LocalBackend.name: LocalBackend,
+    TorchDistributorBackend.name: TorchDistributorBackend,
+}
+
+
+def register_backend(name: str, factory: Callable[..., Backend]) -> None:
+    """Make ``backend=name`` resolve to ``factory(**backend_options)`` (e.g. a SageMaker or EC2 backend)."""
+    BACKENDS[name] = factory
+
+
+def get_backend(backend: str | Backend | None, options: Mapping[str, Any] | None = None) -> Backend:
+    """A backend object from a name plus options, or the object itself (then ``options`` must be empty)."""
+    if backend is None:
+        backend = "local"
+    if isinstance(backend, str):
+        factory = BACKENDS.get(backend)
+        if factory is None:
+            raise InvalidSpecError(f"unknown training backend {backend!r}; known: {sorted(BACKENDS)}")
+        try:
+            return factory(**dict(options or {}))
+        except TypeError as err:
+            raise InvalidSpecError(
+                f"backend_options {dict(options or {})} do not fit backend {backend!r}: {err}"
+            ) from err
+    if options:
+        raise InvalidSpecError(
+            "backend_options only apply when backend is given by name; configure the object instead"
+        )
+    if not isinstance(backend, Backend):
+        raise InvalidSpecError(
+            f"backend must be a name or have name/world_size/run(job); got {type(backend).__name__}"
+        )
+    return backend

@@ -1,0 +1,220 @@
+"""``TrainContext``: everything a training function may know about where and how it runs.
+
+A training function ``train(ctx) -> dict[str, float]`` sees hyper-parameters, its rank, a device,
+data loaders over one pinned Delta version, and a few verbs (wrap, log, save). It never sees
+Airflow, Spark, MLflow URIs or the addresses of other ranks, so the same function runs in a
+notebook, in one Airflow task, as a DDP job on Spark, or in a cloud training container.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.training.loader import Batch, DeltaLoader, LoaderSpec, Split, default_columns
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.training.tracking import RankTracker
+
+log = logging.getLogger("airflow_provider_dltrain.training")
+
+ReduceOp = Literal["sum", "mean", "max", "min"]
+
+
+class TrainContext:
+    """The training function's only handle on the outside world.
+
+    :ivar hparams: hyper-parameters (a copy; ``seed`` included when given).
+    :ivar rank: this process's rank, ``0 <= rank < world_size``.
+    :ivar world_size: number of training processes.
+    :ivar local_rank: rank on this machine (selects the GPU when there is one).
+    :ivar device: ``torch.device`` to put the model and batches on.
+    :ivar seed: the run's seed; torch, numpy and ``random`` are seeded with it before ``train`` starts.
+    :ivar checkpoint_dir: a directory for checkpoints (shared by ranks on one machine).
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: ScanPlan,
+        hparams: Mapping[str, Any],
+        rank: int = 0,
+        world_size: int = 1,
+        local_rank: int = 0,
+        device: Any = None,
+        seed: int = 0,
+        checkpoint_dir: str,
+        tracker: RankTracker | None = None,
+    ) -> None:
+        import torch
+
+        self.plan = plan
+        self.hparams = dict(hparams)
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.device = device if device is not None else torch.device("cpu")
+        self.seed = seed
+        self.checkpoint_dir = checkpoint_dir
+        self.tracker = tracker
+        self.model: Any = None  # the unwrapped model given to ``wrap``
+        self.model_uri: str | None = None
+        self.rows_seen: dict[str, int] = {}
+        self._example: Any = None
+        self._started = self._last_time = time.monotonic()
+        self._last_rows = 0
+
+    @property
+    def dataset(self) -> DeltaRef:
+        """The pinned Delta version this run reads."""
+        return self.plan.ref
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the only rank that writes to MLflow."""
+        return self.rank == 0
+
+    # -- data -----------------------------------------------------------------------------------
+    def dataloader(
+        self,
+        batch_size: int,
+        *,
+        split: Split = None,
+        key: str | None = None,
+        validation_fraction: float = 0.2,
+        columns: Sequence[str] | None = None,
+        shuffle: bool | None = None,
+        drop_last: bool = False,
+        num_workers: int = 0,
+    ) -> DeltaLoader:
+        """Batches of this rank's share of the pinned version, as ``{column: tensor}`` dicts.
+
+        :param batch_size: rows per batch on this rank (the global batch is ``batch_size * world_size``).
+        :param split: ``"train"`` or ``"validation"`` (needs ``key``), or ``None`` for all rows.
+        :param key: stable row key column; a row's split depends only on its key, so it stays
+            the same in every later version of the table.
+        :param columns: columns to load; default every numeric or list-of-numbers column.
+        :param shuffle: default ``True`` except for the validation split; seeded by ``seed`` + epoch.
+        :param num_workers: DataLoader worker processes; 0 (the measured fast path) reads in-process.
+        """
+        if split not in (None, "train", "validation"):
+            raise InvalidSpecError(f"split must be 'train', 'validation' or None, got {split!r}")
+        if split is not None and not key:
+            raise InvalidSpecError(
+                f"split={split!r} needs key=<stable row key column>, e.g. key='source_file'"
+            )
+        if key and key not in self.plan.schema.names:
+            raise InvalidSpecError(
+                f"split key {key!r} is not a column of {self.plan.ref.uri}; columns: {self.plan.schema.names}"
+            )
+        spec = LoaderSpec(
+            plan=self.plan,
+            batch_size=int(batch_size),
+            columns=default_columns(self.plan, columns),
+            split=split,
+            key=key,
+            validation_fraction=float(validation_fraction),
+            shuffle=(split != "validation") if shuffle is None else bool(shuffle),
+            drop_last=drop_last,
+            seed=self.seed,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        return DeltaLoader(spec, num_workers=num_workers, on_batch=lambda b, n: self._count(split, b, n))
+
+    def _count(self, split: Split, batch: Batch, rows: int) -> None:
+        name = split or "all"
+        self.rows_seen[name] = self.rows_seen.get(name, 0) + rows
+        if self._example is None:
+            import torch
+
+            for value in batch.values():
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and len(value) >= 2:
+                    self._example = value[:5].detach().clone()
+                    break
+
+    # -- model ----------------------------------------------------------------------------------
+    def wrap(self, model: Any) -> Any:
+        """Move ``model`` to the device; wrap it in DistributedDataParallel when ``world_size > 1``."""
+        model = model.to(self.device)
+        self.model = model
+        if self.world_size <= 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def save_model(self, model: Any, input_example: Any = None, *, name: str = "model") -> str | None:
+        """Log the model (rank 0 only; other ranks return ``None``) and return its model URI.
+
+        ``input_example`` (a few rows of model input) defines the signature; by default the first
+        rows of the first floating-point column of the first batch this rank loaded.
+        """
+        if not self.is_main:
+            return None
+        inner = getattr(model, "module", model)
+        from airflow_provider_dltrain.training.tracking import RankTracker
+
+        tracker = self.tracker or RankTracker(self.checkpoint_dir)
+        example = input_example if input_example is not None else self._example
+        self.model_uri = tracker.log_model(inner, example, name=name)
+        return self.model_uri
+
+    # -- metrics --------------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Record metrics of ``step`` (an epoch index, say) in MLflow and the task log (rank 0 only)."""
+        if not self.is_main:
+            return
+        values = {str(k): float(v) for k, v in metrics.items()}
+        if self.tracker is not None:
+            self.tracker.log_metrics(values, step)
+        log.info("%s", self._progress(values, step))
+
+    def _progress(self, values: Mapping[str, float], step: int | None) -> str:
+        now = time.monotonic()
+        rows = self.rows_seen.get("train", 0) + self.rows_seen.get("all", 0)
+        rate = (rows - self._last_rows) * self.world_size / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_rows = now, rows
+        shown = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+        epochs = self.hparams.get("epochs")
+        head = (
+            f"epoch {step + 1}/{epochs}" if step is not None and isinstance(epochs, int) else f"step {step}"
+        )
+        text = f"{head} {shown} samples/s={rate:.0f}"
+        if step is not None and isinstance(epochs, int) and step + 1 < epochs:
+            eta = (now - self._started) / (step + 1) * (epochs - step - 1)
+            text += f" eta={eta:.0f}s"
+        return text
+
+    def allreduce(self, values: Mapping[str, float], op: ReduceOp = "sum") -> dict[str, float]:
+        """Combine per-rank numbers (e.g. correct predictions and counts) across all ranks."""
+        if self.world_size <= 1:
+            return {k: float(v) for k, v in values.items()}
+        import torch
+        import torch.distributed as dist
+
+        keys = sorted(values)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        reduce_op = {
+            "sum": dist.ReduceOp.SUM,
+            "mean": dist.ReduceOp.SUM,
+            "max": dist.ReduceOp.MAX,
+            "min": dist.ReduceOp.MIN,
+        }
+        if op not in reduce_op:
+            raise InvalidSpecError(f"allreduce op must be one of {sorted(reduce_op)}, got {op!r}")
+        dist.all_reduce(tensor, op=reduce_op[op])
+        if op == "mean":
+            tensor /= self.world_size
+        return dict(zip(keys, tensor.tolist(), strict=True))
+
+    def barrier(self) -> None:
+        """Wait until every rank reaches this point."""
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()

@@ -1,0 +1,47 @@
+"""One clear error for a failed training job: the rank that failed first, with its traceback."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import DltrainUserError, TrainingFailedError
+
+
+class TrainingUserError(TrainingFailedError, DltrainUserError):
+    """A rank failed on a deterministic user error (bad spec, bad data): retrying cannot help."""
+
+
+def rank_errors(run_dir: str) -> list[dict[str, Any]]:
+    """Error reports written by failed ranks, earliest first."""
+    reports = []
+    for path in glob.glob(os.path.join(run_dir, "errors", "rank-*.json")):
+        try:
+            with open(path) as handle:
+                reports.append(json.load(handle))
+        except (OSError, ValueError):
+            continue
+    return sorted(reports, key=lambda r: (float(r.get("time", 0)), int(r.get("rank", 0))))
+
+
+def failure(run_dir: str, world_size: int, launcher_output: str = "") -> TrainingFailedError:
+    """Build the error to raise: the first failing rank's traceback, or the launcher's output tail."""
+    errors = rank_errors(run_dir)
+    if not errors:
+        tail = launcher_output[-4000:]
+        return TrainingFailedError(
+            f"training failed before any of the {world_size} ranks reported an error (a crash, an "
+            f"out-of-memory kill or a launcher problem); launcher output:\n{tail}"
+        )
+    first = errors[0]
+    others = sorted({int(e["rank"]) for e in errors[1:]})
+    also = f" (ranks {others} failed after it)" if others else ""
+    message = (
+        f"training failed on rank {first['rank']} of {world_size}{also}: "
+        f"{first['type']}: {first['message']}\n"
+        f"--- traceback of rank {first['rank']} ---\n{first['traceback']}"
+    )
+    cls = TrainingUserError if first.get("user_error") else TrainingFailedError
+    return cls(message)

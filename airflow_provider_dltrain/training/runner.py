@@ -1,0 +1,197 @@
+"""``run_training``: one call from plain Python (no Airflow) to a tracked, reproducible training run."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training.backends import Backend, get_backend
+from airflow_provider_dltrain.training.data import DNF, DataFilter, resolve
+from airflow_provider_dltrain.training.hashing import canonical_json, code_hash, params_hash
+from airflow_provider_dltrain.training.worker import RankJob, TrainFn
+
+log = logging.getLogger("airflow_provider_dltrain.training")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run produced; ``to_dict()`` is the JSON passed on through XCom."""
+
+    run_id: str
+    model_uri: str | None
+    metrics: dict[str, float]
+    dataset: DeltaRef
+    params: dict[str, Any]
+    experiment_id: str | None = None
+    data_fingerprint: str = ""
+    code_hash: str = ""
+    params_hash: str = ""
+    world_size: int = 1
+    run_dir: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["dataset"] = self.dataset.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainResult:
+        values = dict(data)
+        values["dataset"] = DeltaRef.coerce(values["dataset"])
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def load_train_fn(train_fn: TrainFn | str) -> TrainFn:
+    """The callable itself, or the function named by ``"package.module:function"``."""
+    if callable(train_fn):
+        return train_fn
+    if not isinstance(train_fn, str) or ":" not in train_fn:
+        raise InvalidSpecError(
+            f"train_fn must be a callable or 'package.module:function', got {train_fn!r:.200}"
+        )
+    module_name, _, attr = train_fn.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise InvalidSpecError(f"train_fn {train_fn!r}: cannot import module {module_name!r}: {err}") from err
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise InvalidSpecError(f"train_fn {train_fn!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise InvalidSpecError(f"train_fn {train_fn!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def data_cutoff(data_filter: DNF, partition_columns: tuple[str, ...]) -> str | None:
+    """The largest ``<=`` bound on a partition column in the filter (the data cut-off), if any."""
+    bounds = [str(v) for conj in data_filter for (c, op, v) in conj if op == "<=" and c in partition_columns]
+    return max(bounds) if bounds else None
+
+
+def _run_dir(run_id: str) -> str:
+    home = os.path.abspath(os.environ.get("DLTRAIN_HOME", ".dltrain"))
+    path = os.path.join(home, "runs", run_id)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def run_training(
+    train_fn: TrainFn | str,
+    dataset: DeltaRef | Mapping[str, Any] | str,
+    hparams: Mapping[str, Any] | None = None,
+    *,
+    backend: Backend | str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    data_filter: DataFilter | None = None,
+    tracking: TrackingConfig | Literal[False] | None = None,
+    experiment_name: str = "dltrain",
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    cutoff: str | None = None,
+    storage_options: StorageOptions | None = None,
+) -> TrainResult:
+    """Train ``train_fn`` on exactly ``dataset``'s version and record it in MLflow.
+
+    :param train_fn: ``train(ctx) -> dict[str, float]``, or ``"package.module:function"``.
+    :param dataset: the pinned Delta version (a ``DeltaRef``, its dict or JSON).
+    :param hparams: hyper-parameters; ``hparams["seed"]`` (default 0) seeds every rank.
+    :param backend: ``"local"``, ``"torch_distributor"`` (options e.g. ``{"num_processes": 2}``) or an object.
+    :param data_filter: DNF filter such as ``[["ds", "<=", "2026-11-28"]]``.
+    :param tracking: where MLflow lives (default: ``TrackingConfig()``); ``False`` records nothing
+        and saves the model's ``state_dict`` under the run directory instead.
+    :param tags: extra MLflow tags (the Airflow layer adds dag_id, run_id, logical date).
+    :param cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound on a
+        partition column in ``data_filter``.
+    """
+    from airflow_provider_dltrain import __version__
+
+    fn = load_train_fn(train_fn)
+    runner = get_backend(backend, backend_options)
+    params = dict(hparams or {})
+    seed = int(params.get("seed", 0))
+    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
+    all_tags = {
+        **{k: str(v) for k, v in (tags or {}).items() if v is not None},
+        "dltrain.delta_ref": plan.ref.to_json(),
+        "dltrain.delta_uri": plan.ref.uri,
+        "dltrain.delta_version": str(plan.ref.version),
+        "dltrain.data_filter": canonical_json(plan.data_filter),
+        "dltrain.provider_version": __version__,
+        "dltrain.code_hash": code_hash(fn),
+        "dltrain.params_hash": params_hash(params),
+        "dltrain.data_fingerprint": plan.fingerprint,
+        "dltrain.backend": runner.name,
+        "dltrain.world_size": str(runner.world_size),
+    }
+    cut = cutoff or data_cutoff(plan.data_filter, plan.partition_columns)
+    if cut:
+        all_tags["dltrain.data_cutoff"] = str(cut)
+    config = None if tracking is False else (tracking or TrackingConfig())
+    experiment_id = None
+    if config is not None:
+        from airflow_provider_dltrain.training.tracking import start_run
+
+        run_id, experiment_id = start_run(
+            config,
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tags=all_tags,
+            params=params,
+            plan=plan,
+        )
+    else:
+        run_id = uuid.uuid4().hex
+    job = RankJob(fn, plan, params, seed, _run_dir(run_id), config, run_id if config else None)
+    log.info(
+        "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
+        all_tags["dltrain.code_hash"][:12],
+        plan.ref.uri,
+        plan.ref.version,
+        len(plan.files),
+        plan.fingerprint[:12],
+        runner.name,
+        runner.world_size,
+        run_id,
+    )
+    report = _run(runner, job, config, run_id)
+    return TrainResult(
+        run_id=run_id,
+        model_uri=report.get("model_uri"),
+        metrics=dict(report["metrics"]),
+        dataset=plan.ref,
+        params=params,
+        experiment_id=experiment_id,
+        data_fingerprint=plan.fingerprint,
+        code_hash=all_tags["dltrain.code_hash"],
+        params_hash=all_tags["dltrain.params_hash"],
+        world_size=runner.world_size,
+        run_dir=job.run_dir,
+    )
+
+
+def _run(runner: Backend, job: RankJob, config: TrackingConfig | None, run_id: str) -> dict[str, Any]:
+    """Run the backend; close the MLflow run as FINISHED or FAILED whatever happens."""
+    from airflow_provider_dltrain.training.tracking import finish_run
+
+    try:
+        report = runner.run(job)
+    except BaseException:
+        if config is not None:
+            finish_run(config, run_id, failed=True)
+        raise
+    if config is not None:
+        logged = set(report.get("logged_metric_keys", []))
+        unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
+        finish_run(config, run_id, failed=False, metrics=unlogged)
+    return report

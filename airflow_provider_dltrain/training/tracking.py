@@ -1,0 +1,209 @@
+"""MLflow bookkeeping of a training run: the launcher opens and closes the run, rank 0 fills it.
+
+The launching process creates the run (tags, params, the Delta dataset input) before any worker
+starts, so a crash still leaves a FAILED run that names its data. Rank 0 then logs per-epoch metrics
+and the model; other ranks never talk to MLflow.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError, require
+from airflow_provider_dltrain.registry.config import TrackingConfig
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.training.data import ScanPlan
+
+log = logging.getLogger(__name__)
+
+MODEL_NAME = "model"
+TAG_KEYS = (
+    "dltrain.dag_id",
+    "dltrain.run_id",
+    "dltrain.logical_date",
+    "dltrain.data_cutoff",
+    "dltrain.delta_ref",
+    "dltrain.delta_uri",
+    "dltrain.delta_version",
+    "dltrain.provider_version",
+    "dltrain.code_hash",
+    "dltrain.params_hash",
+    "dltrain.data_fingerprint",
+)
+_MAX_PARAM = 6000
+
+
+def flatten_params(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """MLflow params from (nested) hyper-parameters: ``{"opt": {"lr": 0.1}}`` -> ``{"opt.lr": "0.1"}``."""
+    out: dict[str, str] = {}
+    for key, value in hparams.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, f"{name}."))
+        else:
+            out[name] = str(value)[:_MAX_PARAM]
+    return out
+
+
+def _artifact_root(tracking_uri: str) -> str | None:
+    """Artifacts next to a SQLite store; a server (http, databricks) chooses its own location."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme != "sqlite":
+        return None
+    db_path = unquote(tracking_uri[len("sqlite:///") :])
+    if not db_path.startswith("/"):
+        db_path = os.path.abspath(db_path)
+    return "file://" + os.path.join(os.path.dirname(db_path), "mlartifacts")
+
+
+def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
+    """The id of experiment ``name``, created when missing (a concurrent creator is tolerated)."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    root = _artifact_root(tracking_uri)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "experiment"
+    try:
+        return str(client.create_experiment(name, artifact_location=f"{root}/{safe}" if root else None))
+    except MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
+
+
+def start_run(
+    config: TrackingConfig,
+    *,
+    experiment_name: str,
+    run_name: str | None,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+    plan: ScanPlan,
+) -> tuple[str, str]:
+    """Create the run with its tags, params and Delta dataset input; return ``(run_id, experiment_id)``."""
+    require("mlflow", "mlflow")
+    from mlflow.entities import DatasetInput, InputTag, Param
+
+    client = config.client()
+    experiment_id = ensure_experiment(client, experiment_name, config.tracking_uri)
+    run = client.create_run(experiment_id, tags=dict(tags), run_name=run_name)
+    run_id = run.info.run_id
+    flat = flatten_params(params)
+    if flat:
+        client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(flat.items())])
+    client.log_inputs(
+        run_id,
+        datasets=[
+            DatasetInput(_dataset(plan)._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])
+        ],
+    )
+    return run_id, experiment_id
+
+
+def _dataset(plan: ScanPlan) -> Any:
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    source = DeltaDatasetSource(path=plan.ref.uri, delta_table_version=plan.ref.version)
+    name = os.path.basename(plan.ref.uri.rstrip("/")) or plan.ref.uri
+    return MetaDataset(source, name=name, digest=plan.fingerprint[:16])  # type: ignore[abstract]
+
+
+def finish_run(
+    config: TrackingConfig, run_id: str, *, failed: bool, metrics: Mapping[str, float] | None = None
+) -> None:
+    """Log final metrics not logged during training, then mark the run FINISHED or FAILED."""
+    from mlflow.entities import Metric
+
+    client = config.client()
+    if metrics:
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())])
+    client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
+
+class RankTracker:
+    """What rank 0 records: metrics per step and the model. Base class: no MLflow, model saved to disk."""
+
+    def __init__(self, checkpoint_dir: str) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.logged_keys: set[str] = set()
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None) -> None:
+        self.logged_keys.update(metrics)
+
+    def log_model(self, model: Any, input_example: Any, name: str = MODEL_NAME) -> str:
+        """Save the model's ``state_dict`` under the checkpoint directory; return its path."""
+        import torch
+
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        path = os.path.join(self.checkpoint_dir, f"{name}.pt")
+        torch.save(model.state_dict(), path)
+        return path
+
+
+class MlflowRankTracker(RankTracker):
+    """Rank 0's writer into an existing MLflow run (created by the launcher)."""
+
+    def __init__(self, checkpoint_dir: str, config: TrackingConfig, run_id: str) -> None:
+        super().__init__(checkpoint_dir)
+        self.config, self.run_id = config, run_id
+        self._client: Any = None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None) -> None:
+        from mlflow.entities import Metric
+
+        if self._client is None:
+            self._client = self.config.client()
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, int(step or 0)) for k, v in metrics.items()]
+        self._client.log_batch(self.run_id, metrics=batch)
+        super().log_metrics(metrics, step)
+
+    def log_model(self, model: Any, input_example: Any, name: str = MODEL_NAME) -> str:
+        """Log the PyTorch flavour (``pt2`` export, signature and input example); return its model URI."""
+        import mlflow
+        import numpy as np
+        import torch
+        from mlflow.models import infer_signature
+
+        if input_example is None:
+            raise InvalidSpecError(
+                "save_model needs an input_example (a few rows of the model input), or a loader batch "
+                "with a floating-point column seen before the call"
+            )
+        example = (
+            input_example.detach().cpu()
+            if isinstance(input_example, torch.Tensor)
+            else torch.as_tensor(input_example)
+        )
+        if example.shape[0] < 2:
+            raise InvalidSpecError(
+                "input_example needs at least 2 rows so the exported model keeps a dynamic batch size"
+            )
+        model = copy.deepcopy(model).cpu().eval()  # the caller's model keeps its device and mode
+        with torch.no_grad():
+            output = model(example)
+        signature = infer_signature(example.numpy(), np.asarray(output.detach().cpu().numpy()))
+        self.config.apply()
+        nested = mlflow.active_run() is not None
+        with mlflow.start_run(run_id=self.run_id, nested=nested):
+            info = mlflow.pytorch.log_model(
+                model,
+                name=name,
+                signature=signature,
+                input_example=example.numpy(),
+                pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+            )
+        return str(info.model_uri)

@@ -1,0 +1,187 @@
+"""What runs in every training process: set up the rank, call ``train(ctx)``, report the outcome.
+
+``run_rank(payload)`` is the entry point any launcher can call - TorchDistributor (torchrun), a
+SageMaker container, an EC2 node - because it reads its rank from the standard torchrun
+variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``). Each rank writes
+``ranks/rank-<r>.json`` (or ``errors/rank-<r>.json`` with its traceback) under the run directory,
+so the launcher can name the rank that failed first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training.data import ScanPlan
+
+TrainFn = Callable[[Any], Mapping[str, float]]
+log = logging.getLogger("airflow_provider_dltrain.training")
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """Everything a rank needs; pickled once by the launcher (no secrets in ``repr``)."""
+
+    train_fn: TrainFn
+    plan: ScanPlan
+    hparams: Mapping[str, Any]
+    seed: int
+    run_dir: str
+    tracking: TrackingConfig | None = field(default=None, repr=False)
+    mlflow_run_id: str | None = None
+    timeout_s: float = 1800.0
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.run_dir, "checkpoints")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed ``random``, numpy and torch identically in every rank (DDP also broadcasts rank 0's weights)."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def weights_digest(model: Any) -> str | None:
+    """sha256 over the model's ``state_dict`` tensors (equal on all ranks after a correct DDP run)."""
+    if model is None:
+        return None
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _device(local_rank: int) -> Any:
+    import torch
+
+    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> dict[str, Any]:
+    """Run ``train(ctx)`` as ``rank``; return this rank's report (metrics, model URI, weights digest)."""
+    from airflow_provider_dltrain.training.context import TrainContext
+    from airflow_provider_dltrain.training.tracking import MlflowRankTracker, RankTracker
+
+    started = time.monotonic()
+    seed_everything(job.seed)
+    tracker: RankTracker | None = None
+    if rank == 0:
+        os.makedirs(job.checkpoint_dir, exist_ok=True)
+        if job.tracking is not None and job.mlflow_run_id:
+            tracker = MlflowRankTracker(job.checkpoint_dir, job.tracking, job.mlflow_run_id)
+        else:
+            tracker = RankTracker(job.checkpoint_dir)
+    ctx = TrainContext(
+        plan=job.plan,
+        hparams=job.hparams,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        device=_device(local_rank),
+        seed=job.seed,
+        checkpoint_dir=job.checkpoint_dir,
+        tracker=tracker,
+    )
+    metrics = _check_metrics(job.train_fn(ctx))
+    report = {
+        "rank": rank,
+        "world_size": world_size,
+        "metrics": metrics,
+        "model_uri": ctx.model_uri,
+        "weights_sha256": weights_digest(ctx.model),
+        "rows_seen": ctx.rows_seen,
+        "logged_metric_keys": sorted(tracker.logged_keys) if tracker else [],
+        "elapsed_s": round(time.monotonic() - started, 3),
+    }
+    _write(job.run_dir, "ranks", rank, report)
+    return report
+
+
+def _check_metrics(result: Any) -> dict[str, float]:
+    if not isinstance(result, Mapping):
+        raise InvalidSpecError(
+            f"the training function must return dict[str, float] (final metrics), got {type(result).__name__}"
+        )
+    try:
+        return {str(k): float(v) for k, v in result.items()}
+    except (TypeError, ValueError) as err:
+        raise InvalidSpecError(
+            f"the training function returned a metric that is not a number: {result!r:.300}"
+        ) from err
+
+
+def _write(run_dir: str, kind: str, rank: int, data: Mapping[str, Any]) -> None:
+    directory = os.path.join(run_dir, kind)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".rank-{rank}.json.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, default=str)
+    os.replace(tmp, os.path.join(directory, f"rank-{rank}.json"))
+
+
+def record_failure(run_dir: str, rank: int, err: BaseException) -> None:
+    """Write the failing rank's traceback where the launcher looks for it."""
+    _write(
+        run_dir,
+        "errors",
+        rank,
+        {
+            "rank": rank,
+            "type": type(err).__name__,
+            "message": str(err),
+            "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+            "user_error": isinstance(err, DltrainUserError),
+            "time": time.time(),
+        },
+    )
+
+
+def run_rank(payload: bytes) -> dict[str, Any]:
+    """Entry point of one training process started by torchrun (or any launcher setting its variables)."""
+    import torch.distributed as dist
+
+    from airflow_provider_dltrain.training.pickling import loads
+
+    job: RankJob = loads(payload)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if rank == 0 and not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(message)s")
+    distributed = world_size > 1 and not dist.is_initialized()
+    try:
+        if distributed:
+            import torch
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=job.timeout_s))
+        report = execute(job, rank, world_size, local_rank)
+        if world_size > 1:
+            # every rank returns rank 0's report: torchrun launchers keep whichever output came last
+            shared: list[Any] = [report if rank == 0 else None]
+            dist.broadcast_object_list(shared, src=0)
+            report = shared[0]
+    except BaseException as err:
+        # no destroy_process_group here: peers may sit in a collective; torchrun stops them
+        record_failure(job.run_dir, rank, err)
+        raise
+    if distributed:
+        dist.destroy_process_group()
+    return dict(report)
