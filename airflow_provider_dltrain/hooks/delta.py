@@ -52,7 +52,7 @@ class VersionConditions:
         ):
             raise InvalidSpecError(f"min_version must be an integer >= 0 or None, got {min_version!r}")
         spec = validate_partition(partition) if partition is not None else None
-        ref = DeltaRef.coerce(newer_than) if newer_than is not None else None  # type: ignore[arg-type]
+        ref = _coerce_ref(newer_than) if newer_than is not None else None
         if ref is not None and normalize_uri(ref.uri) != uri:
             raise InvalidSpecError(
                 f"newer_than refers to table {ref.uri} but the sensor watches {uri}: pass a DeltaRef of "
@@ -213,6 +213,27 @@ class DeltaTableHook(BaseHook):
         not count).
         """
         return self.check_version(table_uri, min_version, partition, newer_than).ref
+
+
+def _coerce_ref(value: NewerThan) -> DeltaRef:
+    """A ``DeltaRef`` from itself, its dict, its JSON, or the Python repr a Jinja template renders."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        import ast
+        import json
+
+        try:
+            return DeltaRef.from_dict(json.loads(value))
+        except json.JSONDecodeError:
+            try:  # "{{ ti.xcom_pull(...) }}" renders a dict as its repr, with single quotes
+                parsed = ast.literal_eval(value)
+            except (ValueError, SyntaxError) as err:
+                raise InvalidSpecError(f"newer_than is not a DeltaRef dict: {value!r:.120}") from err
+            if not isinstance(parsed, dict):
+                raise InvalidSpecError(f"newer_than is not a DeltaRef dict: {value!r:.120}") from None
+            return DeltaRef.from_dict(parsed)
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        value = dict(value)
+    return DeltaRef.coerce(value)  # type: ignore[arg-type]
 
 
 def _version_unmet(conditions: VersionConditions, latest: int) -> tuple[str, ...]:

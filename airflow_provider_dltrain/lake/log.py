@@ -128,16 +128,20 @@ class DeltaLog:
     def has_partition(self, version: int, wanted: Sequence[tuple[str, str]]) -> bool | None:
         """Whether ``version`` has a live file whose partition values include every ``wanted`` pair.
 
-        Reads the commits from ``version`` back to the newest checkpoint at or below it, stopping at
-        the first live file of the partition, then only that checkpoint's ``add.path`` and
-        ``add.partitionValues`` columns. The cost depends on the checkpoint interval and the number
-        of live files, never on the length of the history. ``None`` when the fast path cannot answer.
+        Reads the commits from ``version`` back to the newest checkpoint at or below it (that
+        checkpoint's own commit included), stopping at the first live file of the partition, then
+        only the checkpoint's row groups whose statistics allow the values, and of those only
+        ``add.path`` and ``add.partitionValues``. The cost depends on the checkpoint interval and
+        the number of live files, never on the length of the history. ``None`` when the fast path
+        cannot answer.
         """
         checkpoint = self.last_checkpoint()
         base = int(checkpoint["version"]) if checkpoint and int(checkpoint["version"]) <= version else -1
         removed: set[str] = set()
-        for v in range(version, base, -1):
+        for v in range(version, base - 1 if base >= 0 else -1, -1):
             text = self._read_text(self._commit_path(v))
+            if text is None and v == base:  # the checkpoint holds that commit's outcome anyway
+                break
             if text is None:  # cleaned-up log or unreadable file: let delta-rs answer
                 return None
             actions = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -166,10 +170,14 @@ class DeltaLog:
         paths: set[str] = set()
         for name in names:
             try:
-                # ParquetFile.read: a quarter of read_table's fixed cost, which dominates small files
+                # ParquetFile: a quarter of read_table's fixed cost, which dominates small files
                 with self._fs.open_input_file(join(self._log, name)) as handle:
-                    table = pq.ParquetFile(handle).read(
-                        columns=["add.path", "add.partitionValues"], use_threads=False
+                    checkpoint_file = pq.ParquetFile(handle)
+                    groups = _groups_that_may_hold(checkpoint_file.metadata, wanted)
+                    if not groups:  # e.g. waiting for a date later than every date in the table
+                        continue
+                    table = checkpoint_file.read_row_groups(
+                        groups, columns=["add.path", "add.partitionValues"], use_threads=False
                     )
                 found = _paths_in_partition(table.column("add").combine_chunks(), wanted)
             except (OSError, KeyError, AttributeError, ValueError, pa.ArrowException):
@@ -210,6 +218,30 @@ class DeltaLog:
                 if add is not None and add.get("path"):
                     active[add["path"]] = _pv_key(add.get("partitionValues"))
         return active
+
+
+_VALUE_LEAF = "add.partitionValues.key_value.value"
+
+
+def _groups_that_may_hold(metadata: Any, wanted: Sequence[tuple[str, str]]) -> list[int]:
+    """Row groups whose partition-value statistics do not rule the wanted values out.
+
+    Min/max over all partition values of a row group bound every column's value, so a wanted value
+    outside them cannot occur there. Validated partition values are ASCII, where Parquet's byte
+    order is Python's string order. Without statistics a group is kept.
+    """
+    schema = metadata.schema
+    leaf = next((i for i in range(metadata.num_columns) if schema.column(i).path == _VALUE_LEAF), None)
+    groups = list(range(metadata.num_row_groups))
+    if leaf is None:
+        return groups
+    kept = []
+    for group in groups:
+        stats = metadata.row_group(group).column(leaf).statistics
+        low, high = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
+        if not (isinstance(low, str) and isinstance(high, str)) or all(low <= v <= high for _, v in wanted):
+            kept.append(group)
+    return kept
 
 
 def _paths_in_partition(adds: Any, wanted: Sequence[tuple[str, str]]) -> list[str] | None:

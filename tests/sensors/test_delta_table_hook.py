@@ -50,6 +50,7 @@ def test_newer_than_waits_for_a_commit_after_the_given_ref(hook, table_uri, writ
 
     assert hook.find_version(table_uri, newer_than=seen.to_dict()) == newer
     assert hook.find_version(table_uri, newer_than=seen.to_json()) == newer
+    assert hook.find_version(table_uri, newer_than=str(seen.to_dict())) == newer  # a rendered template
 
 
 def test_partition_condition_is_met_by_the_version_that_adds_it(hook, table_uri, write_version):
@@ -119,6 +120,7 @@ def test_multi_column_partitions_match_only_when_every_value_matches(hook, tmp_p
         ({"partition": {}}, InvalidPartitionError, "partition"),
         ({"newer_than": {"uri": "/elsewhere", "version": 1}}, InvalidSpecError, "/elsewhere"),
         ({"newer_than": {"version": 1}}, InvalidSpecError, "uri"),
+        ({"newer_than": "{not a ref"}, InvalidSpecError, "newer_than"),
     ],
 )
 def test_invalid_conditions_are_refused_naming_the_field(hook, table_uri, kwargs, error, names):
@@ -186,7 +188,9 @@ def test_unsafe_rename_is_never_set_unless_the_connection_asks(monkeypatch):
 def test_connection_extra_passes_delta_options_through_and_explicit_options_win(monkeypatch):
     import json
 
-    extra = {"delta_storage_options": {"AWS_S3_LOCKING_PROVIDER": "dynamodb", "DELTA_DYNAMO_TABLE_NAME": "locks"}}
+    extra = {
+        "delta_storage_options": {"AWS_S3_LOCKING_PROVIDER": "dynamodb", "DELTA_DYNAMO_TABLE_NAME": "locks"}
+    }
     conn = {"conn_type": "aws", "login": "k", "password": "s", "extra": extra}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_LOCKED", json.dumps(conn))
     hook = DeltaTableHook(aws_conn_id="aws_locked", storage_options={"DELTA_DYNAMO_TABLE_NAME": "other"})

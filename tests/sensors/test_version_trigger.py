@@ -47,14 +47,25 @@ def test_trigger_survives_serialize_deserialize_round_trip(kwargs):
 def test_trigger_kwargs_hold_a_connection_id_never_credentials():
     _, serialized = DeltaTableVersionTrigger(table_uri="s3://lake/t", aws_conn_id="aws_lake").serialize()
 
-    assert set(serialized) == {"table_uri", "min_version", "partition", "newer_than", "aws_conn_id", "poll_interval"}
+    assert set(serialized) == {
+        "table_uri",
+        "min_version",
+        "partition",
+        "newer_than",
+        "aws_conn_id",
+        "poll_interval",
+    }
 
 
 def test_trigger_fires_with_the_ref_of_a_version_that_meets_the_conditions(table_uri, write_version):
     write_version(table_uri, "2026-11-27")
     added = write_version(table_uri, "2026-11-28")
     trigger = DeltaTableVersionTrigger(
-        table_uri=table_uri, min_version=1, partition={"ds": "2026-11-28"}, aws_conn_id=None, poll_interval=0.05
+        table_uri=table_uri,
+        min_version=1,
+        partition={"ds": "2026-11-28"},
+        aws_conn_id=None,
+        poll_interval=0.05,
     )
 
     event = _first_event(trigger)
@@ -111,7 +122,9 @@ def test_trigger_reports_an_unreadable_table_as_a_retryable_error(table_uri, mon
     }
 
 
-def test_trigger_finds_an_s3_table_on_moto_through_the_aws_connection(aws_moto_conn, s3_bucket, write_version):
+def test_trigger_finds_an_s3_table_on_moto_through_the_aws_connection(
+    aws_moto_conn, s3_bucket, write_version
+):
     bucket, storage_options = s3_bucket
     uri = f"s3://{bucket}/events"
     added = write_version(uri, "2026-11-28", storage_options=storage_options)
