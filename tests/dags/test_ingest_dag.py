@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from airflow_provider_dltrain import lake
+
+
+@pytest.fixture
+def demo_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLTRAIN_HOME", str(tmp_path / "home"))
+    from airflow_provider_dltrain.demo import paths
+    from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db
+    from airflow_provider_dltrain.demo.seed import seed
+
+    seed(paths.landing(), date(2026, 11, 24), 1, per_day=100)
+    env = airflow_env()
+    ensure_airflow_db(env)
+    return env
+
+
+def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_changes_nothing(demo_home):
+    from airflow_provider_dltrain.demo import paths
+    from airflow_provider_dltrain.demo.run import run_dag_for_date
+
+    first = run_dag_for_date("dltrain_ingest", "2026-11-24", demo_home)
+    assert first.ok, first.tail
+    uri = paths.table("digits")
+    table = lake.open_table(uri)
+    rows = sorted(map(str, table.to_pyarrow_table().to_pylist()))
+    assert len(rows) == 100 and {p["ds"] for p in table.partitions()} == {"2026-11-24"}
+    assert lake.open_table(paths.table("digits_quarantine")).to_pyarrow_table().num_rows == 3
+    info = lake.DeltaLog(uri).commit_info(table.version())
+    assert info["airflow.dag_id"] == "dltrain_ingest" and info["airflow.task_id"] == "ingest_images"
+    assert info["airflow.run_id"].startswith("manual__")
+
+    again = run_dag_for_date("dltrain_ingest", "2026-11-24", demo_home)
+    assert again.ok, again.tail
+    assert sorted(map(str, lake.open_table(uri).to_pyarrow_table().to_pylist())) == rows
+    assert "Asset" in again.tail or lake.latest(uri).version == table.version() + 1
