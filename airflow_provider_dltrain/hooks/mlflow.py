@@ -83,14 +83,19 @@ class MlflowHook(BaseHook):
             conn = self.get_connection(self.mlflow_conn_id)
         except AirflowNotFoundException:
             config = TrackingConfig()
-            self.log.info("Connection %r is not defined; using the embedded MLflow store %s.",
-                          self.mlflow_conn_id, redact_uri(config.tracking_uri))
+            self.log.info(
+                "Connection %r is not defined; using the embedded MLflow store %s.",
+                self.mlflow_conn_id,
+                redact_uri(config.tracking_uri),
+            )
             return config
         return tracking_config_from(conn)
 
-    def get_client(self) -> Any:
+    def get_conn(self) -> Any:
         """An ``MlflowClient`` for this connection (credentials exported to this task's environment)."""
         return self.get_tracking_config().client()
+
+    get_client = get_conn
 
     def test_connection(self) -> tuple[bool, str]:
         """(True, message) when the tracking store and the registry answer; (False, why) otherwise."""
@@ -103,8 +108,9 @@ class MlflowHook(BaseHook):
             from mlflow import MlflowClient
 
             with config.environment(**_PROBE_ENV):
-                client = MlflowClient(tracking_uri=config.tracking_uri,
-                                      registry_uri=config.registry_uri or config.tracking_uri)
+                client = MlflowClient(
+                    tracking_uri=config.tracking_uri, registry_uri=config.registry_uri or config.tracking_uri
+                )
                 client.search_experiments(max_results=1)
                 client.search_registered_models(max_results=1)
         except Exception as err:

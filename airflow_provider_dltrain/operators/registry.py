@@ -38,7 +38,13 @@ class RegisterModelOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "train_result", "model_name", "metric", "mode", "min_delta", "data_cutoff", "alias",
+        "train_result",
+        "model_name",
+        "metric",
+        "mode",
+        "min_delta",
+        "data_cutoff",
+        "alias",
     )
     ui_color = "#d9ecff"
 
@@ -94,8 +100,13 @@ class RegisterModelOperator(BaseOperator):
         ref = outcome.to_model_ref()
         self.log.info(
             "%s v%s %s for data cut-off %s: %s. Live alias %r %s; champion for this cut-off: v%s.",
-            ref["name"], ref["version"], "PROMOTED" if ref["promoted"] else "REJECTED", ref["data_cutoff"],
-            ref["reason"], self.alias, "points here" if ref["alias"] else "unchanged",
+            ref["name"],
+            ref["version"],
+            "PROMOTED" if ref["promoted"] else "REJECTED",
+            ref["data_cutoff"],
+            ref["reason"],
+            self.alias,
+            "points here" if ref["alias"] else "unchanged",
             ref["champion_version"],
         )
         return ref

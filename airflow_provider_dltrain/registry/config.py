@@ -49,8 +49,10 @@ class TrackingConfig:
         mlflow.set_registry_uri(self.registry_uri or self.tracking_uri)
 
     def __repr__(self) -> str:
-        return (f"TrackingConfig(tracking_uri={redact_uri(self.tracking_uri)!r}, "
-                f"registry_uri={redact_uri(self.registry_uri)!r}, env=<{len(self.env)} hidden>)")
+        return (
+            f"TrackingConfig(tracking_uri={redact_uri(self.tracking_uri)!r}, "
+            f"registry_uri={redact_uri(self.registry_uri)!r}, env=<{len(self.env)} hidden>)"
+        )
 
     @contextlib.contextmanager
     def environment(self, **overrides: str) -> Iterator[None]:

@@ -35,13 +35,16 @@ def evaluate_gate(
         reason = f"candidate {metric}={cand} is not a finite number"
         return _refuse(reason, cand, champion_value, champion_version)
     if champion_value is None:
-        reason = (f"{label} has no {metric!r} recorded, so the candidate cannot be compared; log {metric!r} "
-                  f"on the champion's run or move the alias by hand")
+        reason = (
+            f"{label} has no {metric!r} recorded, so the candidate cannot be compared; log {metric!r} "
+            f"on the champion's run or move the alias by hand"
+        )
         return _refuse(reason, cand, None, champion_version)
     champ = float(champion_value)
     if not math.isfinite(champ):
-        return GateDecision(True, f"{label} has {metric}={champ}; any finite value beats it", cand, champ,
-                            champion_version)
+        return GateDecision(
+            True, f"{label} has {metric}={champ}; any finite value beats it", cand, champ, champion_version
+        )
     improvement = champ - cand if gate.mode == "min" else cand - champ
     # Absorb float noise so that e.g. 0.5 -> 0.4 counts as an improvement of 0.1.
     tolerance = 1e-9 * max(1.0, abs(champ), abs(cand))

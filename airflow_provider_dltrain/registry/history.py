@@ -56,7 +56,8 @@ def champion_as_of(
     """
     day = normalize_date(date, "date")
     eligible = [
-        mv for mv in champion_history(tracking, model_name, alias)
+        mv
+        for mv in champion_history(tracking, model_name, alias)
         if mv.version != exclude_version and (mv.champion_key(alias) or ("",))[0] <= day
     ]
     return eligible[-1] if eligible else None
@@ -78,15 +79,24 @@ def settle_alias(
         return alias_holder(client, model_name, alias)
     live = alias_holder(client, model_name, alias)
     if live is not None and live.version != candidate.version and _is_newer(live, candidate, alias):
-        log.info("Alias %r stays on %s v%s: its cut-off is newer than v%s's.", alias, model_name,
-                 live.version, candidate.version)
+        log.info(
+            "Alias %r stays on %s v%s: its cut-off is newer than v%s's.",
+            alias,
+            model_name,
+            live.version,
+            candidate.version,
+        )
         return live
     if live is None or live.version != candidate.version:
         client.set_registered_model_alias(model_name, alias, str(candidate.version))
     after = champion_history(client, model_name, alias)
     if after and after[-1].version != candidate.version:
-        log.warning("A concurrent promotion of %s v%s is newer; handing alias %r to it.", model_name,
-                    after[-1].version, alias)
+        log.warning(
+            "A concurrent promotion of %s v%s is newer; handing alias %r to it.",
+            model_name,
+            after[-1].version,
+            alias,
+        )
         client.set_registered_model_alias(model_name, alias, str(after[-1].version))
     return alias_holder(client, model_name, alias)
 

@@ -61,8 +61,12 @@ def gate_and_promote(
     cutoff = normalize_date(data_cutoff, "data_cutoff")
     mv = get_version(client, model_name, version)
     if _decided(mv, alias, cutoff, gate):
-        log.info("%s v%s was already gated for cut-off %s; replaying the recorded decision.",
-                 model_name, mv.version, cutoff)
+        log.info(
+            "%s v%s was already gated for cut-off %s; replaying the recorded decision.",
+            model_name,
+            mv.version,
+            cutoff,
+        )
         return _finish(client, mv, alias, cutoff)
     champion = champion_as_of(client, model_name, cutoff, alias, exclude_version=mv.version)
     candidate_value = recorded_metric(client, mv, gate.metric)
@@ -105,11 +109,16 @@ def register_and_promote(
         )
     cutoff = normalize_date(data_cutoff or _run_cutoff(client, run_id), "data_cutoff")
     mv = register_model(
-        client, model_name=model_name, model_uri=model_uri, run_id=run_id, metrics=metrics,
+        client,
+        model_name=model_name,
+        model_uri=model_uri,
+        run_id=run_id,
+        metrics=metrics,
         registration_key=registration_key,
     )
-    return gate_and_promote(client, model_name=model_name, version=mv.version, gate=gate,
-                            data_cutoff=cutoff, alias=alias)
+    return gate_and_promote(
+        client, model_name=model_name, version=mv.version, gate=gate, data_cutoff=cutoff, alias=alias
+    )
 
 
 def _run_cutoff(client: Any, run_id: str | None) -> str:
@@ -141,16 +150,21 @@ def _record(
         set_tags(client, mv.name, mv.version, {from_tag: cutoff, at_tag: str(int(time.time() * 1000))})
     else:
         delete_tags(client, mv, (from_tag, at_tag))
-    set_tags(client, mv.name, mv.version, {
-        TAG_GATE_ALIAS: alias,
-        TAG_GATE_CUTOFF: cutoff,
-        TAG_GATE_RULE: gate.rule,
-        TAG_CANDIDATE_VALUE: _text(decision.candidate_value),
-        TAG_CHAMPION_VALUE: _text(decision.champion_value),
-        TAG_COMPARED_WITH: _text(decision.champion_version),
-        TAG_REASON: decision.reason[:4000],
-        TAG_DECISION: "promoted" if decision.passed else "rejected",
-    })
+    set_tags(
+        client,
+        mv.name,
+        mv.version,
+        {
+            TAG_GATE_ALIAS: alias,
+            TAG_GATE_CUTOFF: cutoff,
+            TAG_GATE_RULE: gate.rule,
+            TAG_CANDIDATE_VALUE: _text(decision.candidate_value),
+            TAG_CHAMPION_VALUE: _text(decision.champion_value),
+            TAG_COMPARED_WITH: _text(decision.champion_version),
+            TAG_REASON: decision.reason[:4000],
+            TAG_DECISION: "promoted" if decision.passed else "rejected",
+        },
+    )
 
 
 def _finish(client: Any, mv: ModelVersionInfo, alias: str, cutoff: str) -> PromotionResult:
@@ -160,8 +174,10 @@ def _finish(client: Any, mv: ModelVersionInfo, alias: str, cutoff: str) -> Promo
     holds = holder is not None and holder.version == mv.version
     reason = mv.tags.get(TAG_REASON, "")
     if promoted and not holds and holder is not None:
-        reason += (f"; champion for cut-off {cutoff} onwards, but alias {alias!r} stays on v{holder.version} "
-                   "(a later cut-off was promoted)")
+        reason += (
+            f"; champion for cut-off {cutoff} onwards, but alias {alias!r} stays on v{holder.version} "
+            "(a later cut-off was promoted)"
+        )
     champion_now = champion_as_of(client, mv.name, cutoff, alias)
     compared = mv.tags.get(TAG_COMPARED_WITH)
     return PromotionResult(

@@ -54,8 +54,12 @@ def register_model(
     source, model_id, run_id = _model_source(client, model_uri, run_id)
     existing = _registered_copies(client, model_name, model_uri, run_id)
     if existing:
-        log.info("Model %s version %s already holds %s; not registering again.", model_name,
-                 existing[0].version, model_uri)
+        log.info(
+            "Model %s version %s already holds %s; not registering again.",
+            model_name,
+            existing[0].version,
+            model_uri,
+        )
         return existing[0]
     version_tags = _version_tags(client, run_id, model_uri, metrics, tags, registration_key)
     ensure_registered_model(client, model_name)
@@ -85,8 +89,12 @@ def _keep_lowest(
     if keep is None:  # searches may lag a write on some stores; trust what create returned
         return ModelVersionInfo.from_mlflow(client.get_model_version(model_name, str(created)))
     if keep.version != created:
-        log.warning("A concurrent registration of %s created version %s first; deleting duplicate %s.",
-                    model_uri, keep.version, created)
+        log.warning(
+            "A concurrent registration of %s created version %s first; deleting duplicate %s.",
+            model_uri,
+            keep.version,
+            created,
+        )
         client.delete_model_version(model_name, str(created))
     return keep
 
@@ -131,13 +139,13 @@ def _model_source(client: Any, model_uri: str, run_id: str | None) -> tuple[str,
     logged model's artifact location, so creating it needs no process-global tracking URI.
     """
     if model_uri.startswith("models:/"):
-        rest = model_uri[len("models:/"):].strip("/")
+        rest = model_uri[len("models:/") :].strip("/")
         if "/" not in rest and "@" not in rest:
             logged = client.get_logged_model(rest)
             return logged.artifact_location, logged.model_id, run_id or logged.source_run_id
         return model_uri, None, run_id
     if model_uri.startswith("runs:/"):
-        run_part, _, artifact_path = model_uri[len("runs:/"):].partition("/")
+        run_part, _, artifact_path = model_uri[len("runs:/") :].partition("/")
         run_id = run_id or run_part
         logged = _logged_model_of_run(client, run_part, artifact_path.strip("/"))
         if logged is not None:

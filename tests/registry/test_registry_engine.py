@@ -173,7 +173,9 @@ def test_an_equal_cutoff_promotion_moves_the_live_alias(tracking, train):
 def test_re_gating_a_promoted_version_replays_its_decision_instead_of_comparing_with_itself(tracking, train):
     promote(tracking, train("2026-11-01", {"val_loss": 0.50}))
     result = promote(tracking, train("2026-11-02", {"val_loss": 0.40}))
-    replay = gate_and_promote(tracking, model_name=MODEL, version=result.version, gate=LOSS, data_cutoff="2026-11-02")
+    replay = gate_and_promote(
+        tracking, model_name=MODEL, version=result.version, gate=LOSS, data_cutoff="2026-11-02"
+    )
     assert replay.promoted and replay.holds_alias and replay.reason == result.reason
 
 
@@ -181,7 +183,9 @@ def test_a_replay_finishes_an_alias_move_that_a_crash_interrupted(tracking, trai
     promote(tracking, train("2026-11-01", {"val_loss": 0.50}))
     result = promote(tracking, train("2026-11-02", {"val_loss": 0.40}))
     tracking.client().set_registered_model_alias(MODEL, "champion", "1")  # as if the move never happened
-    replay = gate_and_promote(tracking, model_name=MODEL, version=result.version, gate=LOSS, data_cutoff="2026-11-02")
+    replay = gate_and_promote(
+        tracking, model_name=MODEL, version=result.version, gate=LOSS, data_cutoff="2026-11-02"
+    )
     assert replay.holds_alias and live(tracking) == 2
 
 
