@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_dltrain import lake
+from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake.history import partition_commit
+
+
+def test_partition_commit_pins_the_version_that_last_wrote_the_partition(tmp_path):
+    uri = str(tmp_path / "t")
+    for ds in ["2026-11-01", "2026-11-02", "2026-11-03"]:
+        lake.overwrite_partition(uri, pa.table({"x": [1]}), {"ds": ds})
+    assert partition_commit(uri, {"ds": "2026-11-02"}).version == 1
+    lake.overwrite_partition(uri, pa.table({"x": [2]}), {"ds": "2026-11-02"})  # restated
+    assert partition_commit(uri, {"ds": "2026-11-02"}).version == 3
+    assert partition_commit(uri, {"ds": "2026-11-02"}, at_version=2).version == 1
+    assert partition_commit(uri, {"ds": "2026-11-03"}).version == 2
+    with pytest.raises(TableNotFoundError, match="2026-11-09"):
+        partition_commit(uri, {"ds": "2026-11-09"})
