@@ -1,0 +1,205 @@
+"""Driver side of batch scoring: one Delta version in, one partition of scored rows out.
+
+Scoring is a Spark pandas UDF in the iterator form (``Iterator[pd.Series] -> Iterator[pd.DataFrame]``):
+Spark hands each Python worker a stream of Arrow batches, the worker loads the model once
+(``worker.load_model``) and calls it once per batch. Only the feature columns travel to Python;
+key columns stay in the JVM next to their rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
+from airflow_provider_dltrain.inference.model import ScoringModel
+from airflow_provider_dltrain.inference.spec import INPUT_VERSION, MODEL_NAME, MODEL_VERSION, ScoringSpec
+from airflow_provider_dltrain.inference.worker import LOAD_LOG_ENV, WORKER_ERROR_MARK, WorkerConfig
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.registry.config import TrackingConfig
+
+log = logging.getLogger(__name__)
+_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+_PRED = "_dltrain_prediction"
+
+
+def worker_config(model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig) -> WorkerConfig:
+    """What the UDF closure ships to every worker (credentials as environment, never as params)."""
+    return WorkerConfig(
+        model_uri=model.model_uri,
+        tracking_uri=tracking.tracking_uri,
+        registry_uri=tracking.registry_uri,
+        task=scoring.task,
+        feature_columns=scoring.feature_columns,
+        torch_threads=scoring.torch_threads,
+        load_log_dir=os.environ.get(LOAD_LOG_ENV) or None,
+        env=dict(tracking.env),
+    )
+
+
+def scoring_udf(cfg: WorkerConfig, return_ddl: str) -> Any:
+    """A scalar-iterator pandas UDF over the feature columns returning the prediction struct."""
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+
+    from airflow_provider_dltrain.inference.worker import predict_batches
+
+    def score(batches: Any) -> Any:
+        return predict_batches(batches, cfg)
+
+    # Real (not string) annotations: Spark infers the UDF kind from them.
+    many = len(cfg.feature_columns) > 1
+    score.__annotations__ = {
+        "batches": Iterator[tuple[pd.Series, ...]] if many else Iterator[pd.Series],
+        "return": Iterator[pd.DataFrame],
+    }
+    return pandas_udf(score, returnType=return_ddl)  # type: ignore[call-overload]
+
+
+def check_columns(df: Any, scoring: ScoringSpec) -> None:
+    """Raise :class:`SchemaMismatchError` naming missing or non-numeric columns before any job runs."""
+    from pyspark.sql.types import ArrayType, NumericType
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    missing = [c for c in (*scoring.feature_columns, *scoring.key_columns) if c not in types]
+    if missing:
+        raise SchemaMismatchError(f"input has no column(s) {missing}; it has {sorted(types)}")
+    for name in scoring.feature_columns:
+        t = types[name]
+        inner = t.elementType if isinstance(t, ArrayType) else t
+        if not isinstance(inner, NumericType):
+            raise SchemaMismatchError(
+                f"feature column {name!r} is {t.simpleString()}; "
+                "features must be numeric or arrays of numbers"
+            )
+
+
+def score_dataframe(
+    df: Any, model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig, *, input_version: int | None
+) -> Any:
+    """``df``'s key columns plus prediction(s), ``model_name``, ``model_version``, ``input_version``.
+
+    Lazy: nothing runs until the result is written or collected.
+    """
+    from pyspark.sql import functions as F
+
+    check_columns(df, scoring)
+    udf = scoring_udf(worker_config(model, scoring, tracking), scoring.prediction_ddl())
+    scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
+    predictions = [F.col(f"{_PRED}.{c}").alias(c) for c in scoring.output_columns[:-3]]
+    return scored.select(
+        *scoring.key_columns,
+        *predictions,
+        F.lit(model.name).cast("string").alias(MODEL_NAME),
+        F.lit(model.version).cast("string").alias(MODEL_VERSION),
+        F.lit(input_version).cast("long").alias(INPUT_VERSION),
+    )
+
+
+@contextlib.contextmanager
+def arrow_batch_size(spark: Any, rows: int) -> Iterator[None]:
+    """Set the Arrow batch size for the jobs run inside the block, then restore the previous value."""
+    previous = spark.conf.get(_BATCH_CONF, None)
+    spark.conf.set(_BATCH_CONF, str(rows))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(_BATCH_CONF)
+        else:
+            spark.conf.set(_BATCH_CONF, previous)
+
+
+@contextlib.contextmanager
+def worker_errors_as_user_errors() -> Iterator[None]:
+    """Turn a worker's deterministic input error back into :class:`SchemaMismatchError` on the driver."""
+    try:
+        yield
+    except Exception as err:
+        text = str(err)
+        if WORKER_ERROR_MARK not in text or isinstance(err, SchemaMismatchError):
+            raise
+        detail = text.split(WORKER_ERROR_MARK, 1)[1].strip().splitlines()[0]
+        raise SchemaMismatchError(detail) from err
+
+
+def read_input(spark: Any, ref: DeltaRef, input_filter: Any, storage_options: StorageOptions | None) -> Any:
+    """Exactly the rows of ``ref``'s version matching ``input_filter`` (a DNF partition filter)."""
+    from airflow_provider_dltrain.etl.inputs import read_delta
+
+    filters = _filters(input_filter)
+    df = read_delta(spark, ref, storage_options, filters)
+    if not df.inputFiles():
+        raise InvalidSpecError(
+            f"input {ref.uri} version {ref.version} has no data files matching input_filter {filters}; "
+            "check the filter, or that the task producing that partition ran"
+        )
+    return df
+
+
+def _filters(value: Any) -> list[tuple[str, str, Any]] | None:
+    if value in (None, [], ()):
+        return None
+    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
+        isinstance(t, Sequence) and not isinstance(t, str) and len(t) == 3 for t in value
+    ):
+        raise InvalidSpecError(
+            f"input_filter must be a list of [column, op, value] triples, e.g. [['ds', '=', '2026-11-28']]; "
+            f"got {value!r:.120}"
+        )
+    return [(str(c), str(op), v) for c, op, v in value]
+
+
+def score_table(
+    spark: Any,
+    model: ScoringModel,
+    input_ref: DeltaRef | Mapping[str, Any],
+    table_uri: str,
+    partition: Mapping[str, object],
+    *,
+    scoring: ScoringSpec | Mapping[str, Any],
+    tracking: TrackingConfig,
+    input_filter: Any = None,
+    metadata: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
+) -> DeltaRef:
+    """Score ``input_ref`` at exactly its version into ``partition`` of ``table_uri``; return the new version.
+
+    Re-running with the same arguments leaves the same rows: the partition is overwritten in one
+    Delta commit, other partitions are untouched.
+    """
+    from airflow_provider_dltrain.etl.writer import write_dataframe
+
+    spec = ScoringSpec.coerce(scoring)
+    ref = DeltaRef.coerce(input_ref)  # type: ignore[arg-type]
+    df = read_input(spark, ref, input_filter, storage_options)
+    scored = score_dataframe(df, model, spec, tracking, input_version=ref.version)
+    log.info("scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition)
+    with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():
+        result = write_dataframe(
+            scored,
+            table_uri,
+            partition,
+            metadata={**dict(metadata or {}), **_model_metadata(model, ref)},
+            storage_options=storage_options,
+        )
+    out = result.ref
+    log.info("wrote %d scored row(s) to %s version %d", result.rows_written, out.uri, out.version)
+    return out
+
+
+def _model_metadata(model: ScoringModel, ref: DeltaRef) -> dict[str, str]:
+    """``dltrain.*`` commit metadata: which model scored which input version."""
+    from airflow_provider_dltrain.lake.write import commit_metadata
+
+    return commit_metadata(
+        model_name=model.name,
+        model_version=model.version,
+        model_uri=model.model_uri,
+        input_uri=ref.uri,
+        input_version=ref.version,
+    )

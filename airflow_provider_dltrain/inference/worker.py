@@ -1,0 +1,147 @@
+"""Executor side of batch scoring: runs inside Spark Python workers, never on the driver alone.
+
+The model is cached in this module's globals, which live as long as the (reused) Python worker:
+it is loaded once per worker and model, never once per task or per Arrow batch. Nothing here
+imports Airflow; MLflow credentials arrive as environment variables of the worker process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import SchemaMismatchError
+
+# Driver-side switch for tests and benchmarks: each worker appends "load ..." and "batch ..."
+# lines to <dir>/<pid>.log, so loads can be counted per Python worker.
+LOAD_LOG_ENV = "DLTRAIN_MODEL_LOAD_LOG"
+WORKER_ERROR_MARK = "DLTRAIN_WORKER_ERROR:"
+
+_LOCK = threading.Lock()
+_CACHE: dict[tuple[str, str, str], Any] = {}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs to load and run the model; shipped inside the UDF's closure."""
+
+    model_uri: str
+    tracking_uri: str
+    registry_uri: str | None
+    task: str
+    feature_columns: tuple[str, ...]
+    torch_threads: int | None = None
+    load_log_dir: str | None = None
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def cache_key(self) -> tuple[str, str, str]:
+        return (self.tracking_uri, self.registry_uri or self.tracking_uri, self.model_uri)
+
+
+def _log_line(cfg: WorkerConfig, line: str) -> None:
+    if cfg.load_log_dir:
+        with open(os.path.join(cfg.load_log_dir, f"{os.getpid()}.log"), "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
+def _threads(cfg: WorkerConfig) -> int:
+    if cfg.torch_threads:
+        return cfg.torch_threads
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        return max(1, int(context.cpus())) if context is not None else 1
+    except Exception:  # outside a Spark task (a notebook calling predict_batches directly)
+        return 1
+
+
+def load_model(cfg: WorkerConfig) -> Any:
+    """The model of ``cfg``, loaded at most once per process (only the latest model is kept)."""
+    with _LOCK:
+        model = _CACHE.get(cfg.cache_key)
+        if model is not None:
+            return model
+        started = time.monotonic()
+        import mlflow
+        import mlflow.pytorch
+        import torch
+
+        # One intra-op thread per Spark task CPU: N workers x M threads on N cores thrash.
+        torch.set_num_threads(_threads(cfg))
+        os.environ.update(cfg.env)
+        mlflow.set_tracking_uri(cfg.tracking_uri)
+        mlflow.set_registry_uri(cfg.registry_uri or cfg.tracking_uri)
+        model = mlflow.pytorch.load_model(cfg.model_uri, map_location="cpu")
+        _CACHE.clear()
+        _CACHE[cfg.cache_key] = model
+        _log_line(cfg, f"load {cfg.model_uri} {time.monotonic() - started:.3f}")
+        return model
+
+
+def features_matrix(columns: Sequence[Any], names: Sequence[str]) -> Any:
+    """Concatenate pandas Series (scalars or arrays per row) into one float32 ``(N, F)`` matrix."""
+    import numpy as np
+
+    parts = []
+    for series, name in zip(columns, names, strict=True):
+        if series.isna().any():
+            raise SchemaMismatchError(
+                f"{WORKER_ERROR_MARK} feature column {name!r} has null values; filter or impute them first"
+            )
+        if series.dtype == object:
+            try:
+                parts.append(np.stack(series.to_numpy()).astype(np.float32, copy=False))
+            except ValueError as err:
+                raise SchemaMismatchError(
+                    f"{WORKER_ERROR_MARK} feature column {name!r} has arrays of different lengths: {err}"
+                ) from err
+        else:
+            parts.append(series.to_numpy(dtype=np.float32).reshape(-1, 1))
+    return parts[0] if len(parts) == 1 else np.hstack([p.reshape(len(p), -1) for p in parts])
+
+
+def predict(model: Any, x: Any, task: str) -> dict[str, Any]:
+    """Model output for the float matrix ``x`` as columns: prediction (and score for classification)."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(torch.from_numpy(x))
+    out = out.float()
+    if task == "regression":
+        if out.ndim > 1 and out.shape[1] != 1:
+            raise SchemaMismatchError(
+                f"{WORKER_ERROR_MARK} a regression model must return (N,) or (N, 1), got {tuple(out.shape)}"
+            )
+        return {"prediction": out.reshape(-1).double().numpy()}
+    if out.ndim == 1 or out.shape[1] == 1:  # one logit: binary classification
+        p = torch.sigmoid(out.reshape(-1))
+        return {"prediction": (p > 0.5).long().numpy(), "score": torch.maximum(p, 1 - p).double().numpy()}
+    score, label = torch.softmax(out, dim=1).max(dim=1)
+    return {"prediction": label.long().numpy(), "score": score.double().numpy()}
+
+
+def predict_batches(batches: Iterator[Any], cfg: WorkerConfig) -> Iterator[Any]:
+    """The scoring loop of one Spark task: load (or reuse) the model once, then one call per batch."""
+    import pandas as pd
+
+    model = None
+    for batch in batches:
+        # Loaded on the first batch: a task with an empty partition never pays for the model.
+        model = model if model is not None else load_model(cfg)
+        columns = batch if isinstance(batch, tuple) else (batch,)
+        x = features_matrix(columns, cfg.feature_columns)
+        try:
+            result = predict(model, x, cfg.task)
+        except (AssertionError, IndexError, RuntimeError, TypeError, ValueError) as err:  # shape guards
+            raise SchemaMismatchError(
+                f"{WORKER_ERROR_MARK} model {cfg.model_uri} rejected input of shape {x.shape} built from "
+                f"{list(cfg.feature_columns)}: {err}"
+            ) from err
+        _log_line(cfg, f"batch {len(x)}")
+        yield pd.DataFrame(result)
