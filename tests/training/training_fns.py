@@ -1,0 +1,64 @@
+"""Training functions used by the tests; importable by dotted path ("training_fns:traced_demo_train")."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from airflow_provider_dltrain.demo import digits_model
+from airflow_provider_dltrain.exceptions import SchemaMismatchError
+
+KEY = "source_file"
+
+
+class _TracingLoader:
+    """Wraps a DeltaLoader and records which row keys this rank saw in each epoch."""
+
+    def __init__(self, loader: Any, ctx: Any, name: str) -> None:
+        self.loader, self.ctx, self.name, self.epoch = loader, ctx, name, 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        keys: list[str] = []
+        for batch in self.loader:
+            keys.extend(batch[KEY])
+            yield batch
+        trace_dir = self.ctx.hparams.get("trace_dir")
+        if trace_dir:
+            path = os.path.join(trace_dir, f"{self.name}-epoch{self.epoch}-rank{self.ctx.rank}.json")
+            with open(path, "w") as handle:
+                json.dump(keys, handle)
+        self.epoch += 1
+
+
+class TracingContext:
+    """A TrainContext proxy whose loaders also return the row key, for exactly-once checks."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def dataloader(self, batch_size: int, **kwargs: Any) -> Any:
+        columns = list(kwargs.pop("columns", None) or ["features", "label"])
+        loader = self._ctx.dataloader(batch_size, columns=[*columns, KEY], **kwargs)
+        return _TracingLoader(loader, self._ctx, kwargs.get("split") or "all")
+
+
+def traced_demo_train(ctx: Any) -> dict[str, float]:
+    """The demo's own ``train``, unchanged; the keys each rank saw go to ``hparams['trace_dir']``."""
+    return digits_model.train(TracingContext(ctx))
+
+
+def failing_train(ctx: Any) -> dict[str, float]:
+    """Rank ``hparams['fail_rank']`` fails (a user error or a bug); the others wait in a collective."""
+    if ctx.rank == int(ctx.hparams.get("fail_rank", 0)):
+        if ctx.hparams.get("user_error"):
+            raise SchemaMismatchError("column 'features' has 63 values in row 7, expected 64")
+        raise ValueError(f"boom on rank {ctx.rank}")
+    ctx.barrier()
+    return {"never": 0.0}
