@@ -11,6 +11,7 @@ _EXPORTS = {
     "TrainModelOperator": "airflow_provider_dltrain.operators.training",
     "RegisterModelOperator": "airflow_provider_dltrain.operators.registry",
     "SparkBatchInferenceOperator": "airflow_provider_dltrain.operators.inference",
+    "DeltaLineageOperator": "airflow_provider_dltrain.operators.lineage",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,139 @@
+"""Lineage of a prediction table version, from the bytes back to the ingest that produced them.
+
+prediction version → model name/version → MLflow run → training ``DeltaRef`` and cut-off → ingest
+commit (dag/run/task). Everything is read from the Delta logs and the MLflow registry; nothing is
+kept on the side, so the chain is as true as the tables are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.storage import StorageOptions
+
+
+def _committed_by(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("dag_id", "run_id", "task_id", "try_number", "logical_date")
+    return {k: info.get(f"airflow.{k}") for k in keys if info.get(f"airflow.{k}") is not None}
+
+
+def _commit(uri: str, version: int, storage_options: StorageOptions | None) -> dict[str, Any]:
+    log = DeltaLog(uri, storage_options)
+    info = log.commit_info(version)
+    partitions = sorted(
+        {
+            json.dumps(a["add"].get("partitionValues") or {}, sort_keys=True)
+            for a in log.commit_actions(version)
+            if "add" in a
+        }
+    )
+    return {
+        "uri": log.uri,
+        "version": version,
+        "timestamp": log.ref(version).timestamp,
+        "operation": info.get("operation"),
+        "partitions": [json.loads(p) for p in partitions],
+        "committed_by": _committed_by(info),
+    }
+
+
+def _model(tracking: Any, name: str, version: str) -> dict[str, Any]:
+    client = tracking.client()
+    mv = client.get_model_version(name, str(version))
+    tags = dict(mv.tags or {})
+    run = client.get_run(mv.run_id) if mv.run_id else None
+    dataset = json.loads(tags["dltrain.delta_ref"]) if tags.get("dltrain.delta_ref") else None
+    return {
+        "name": name,
+        "version": str(mv.version),
+        "source": mv.source,
+        "gate": {"decision": tags.get("dltrain.gate.decision"), "reason": tags.get("dltrain.gate.reason")},
+        "champion_from": tags.get("dltrain.champion_from"),
+        "run": {
+            "run_id": mv.run_id,
+            "experiment_id": run.info.experiment_id if run else None,
+            "metrics": dict(run.data.metrics) if run else {},
+            "trained_by": {k: tags.get(f"dltrain.{k}") for k in ("dag_id", "run_id", "logical_date")},
+        },
+        "training_data": dataset,
+        "data_cutoff": tags.get("dltrain.data_cutoff"),
+        "data_fingerprint": tags.get("dltrain.data_fingerprint"),
+    }
+
+
+def lineage(
+    table_uri: str,
+    version: int | None = None,
+    tracking: Any = None,
+    storage_options: StorageOptions | None = None,
+) -> dict[str, Any]:
+    """The lineage chain of ``version`` (default: newest) of a prediction table, as a JSON-able dict."""
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    log = DeltaLog(table_uri, storage_options)
+    newest = log.latest_version()
+    if newest is None:
+        raise TableNotFoundError(f"no Delta table at {table_uri}")
+    version = newest if version is None else version
+    prediction = _commit(table_uri, version, storage_options)
+    info = log.commit_info(version)
+    chain: dict[str, Any] = {"prediction": prediction}
+    name, model_version = info.get("dltrain.model_name"), info.get("dltrain.model_version")
+    if name and model_version:
+        model = _model(tracking or TrackingConfig(), name, model_version)
+        chain["model"] = model
+        data = model.get("training_data")
+        if data and data.get("uri") is not None:
+            chain["training_commit"] = _commit(data["uri"], int(data["version"]), storage_options)
+    if info.get("dltrain.input_uri") and info.get("dltrain.input_version") is not None:
+        chain["scored_input_commit"] = _commit(info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options)
+    return chain
+
+
+def _who(commit: dict[str, Any]) -> str:
+    by = commit.get("committed_by") or {}
+    if not by:
+        return "(no Airflow metadata)"
+    return f"{by.get('dag_id')} / {by.get('run_id')} / {by.get('task_id')} (try {by.get('try_number')})"
+
+
+def format_lineage(chain: dict[str, Any]) -> str:
+    """Human-readable rendering of :func:`lineage`."""
+    p = chain["prediction"]
+    lines = [
+        f"predictions {p['uri']} version {p['version']} ({p['timestamp']}) partitions {p['partitions']}",
+        f"  written by {_who(p)}",
+    ]
+    model = chain.get("model")
+    if model:
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(model["run"]["metrics"].items()))
+        lines += [
+            f"  <- model {model['name']} version {model['version']} (gate: {model['gate']['decision']}: "
+            f"{model['gate']['reason']}; champion from {model['champion_from'] or '-'})",
+            f"     <- MLflow run {model['run']['run_id']} (experiment {model['run']['experiment_id']}) {metrics}",
+        ]
+        data = model.get("training_data") or {}
+        lines.append(
+            f"        <- trained on {data.get('uri')} version {data.get('version')}, data cut-off {model['data_cutoff']}"
+        )
+        if chain.get("training_commit"):
+            lines.append(f"           <- ingest commit version {chain['training_commit']['version']} by {_who(chain['training_commit'])}")
+    else:
+        lines.append("  (this version names no model: it was not written by batch inference)")
+    if chain.get("scored_input_commit"):
+        c = chain["scored_input_commit"]
+        lines.append(f"  <- scored input {c['uri']} version {c['version']} by {_who(c)}")
+    return "\n".join(lines)
+
+
+def print_lineage(table_uri: str, version: int | None = None) -> int:
+    """CLI entry: print the chain; exit code 1 with a clear message when the table is missing."""
+    try:
+        print(format_lineage(lineage(table_uri, version)))
+    except TableNotFoundError as err:
+        print(f"error: {err}")
+        return 1
+    return 0

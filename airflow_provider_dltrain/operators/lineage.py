@@ -1,0 +1,68 @@
+"""``DeltaLineageOperator``: log and return the lineage chain of a prediction table version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DeltaLineageOperator(BaseOperator):
+    """Trace a prediction table version back to its model, MLflow run, training data and ingest commit.
+
+    :param table_uri: the prediction table (templated).
+    :param version: its version, an int, a ``DeltaRef`` dict or XComArg (templated); default newest.
+    :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "version")
+    ui_color = "#eeeeee"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        version: Any = None,
+        mlflow_conn_id: str = "mlflow_default",
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.version = version
+        self.mlflow_conn_id = mlflow_conn_id
+        self.aws_conn_id = aws_conn_id
+
+    def _version(self) -> int | None:
+        value = self.version
+        if value in (None, ""):
+            return None
+        if isinstance(value, dict):
+            return int(value["version"])
+        if isinstance(value, str) and value.strip().startswith("{"):
+            import ast
+
+            return int(ast.literal_eval(value)["version"])
+        return int(value)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+        from airflow_provider_dltrain.lineage import format_lineage, lineage
+
+        storage = None
+        if self.aws_conn_id:
+            from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+
+            storage = DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(self.table_uri)
+        with fail_fast_on_user_error():
+            tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+            chain = lineage(self.table_uri, self._version(), tracking, storage)
+        for line in format_lineage(chain).splitlines():
+            self.log.info("%s", line)
+        return chain
