@@ -8,17 +8,18 @@ for logical date D + 1 day; the DAGs take their partition from ``data_interval_s
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_dltrain.demo import paths
 
-DEMO_DAGS = ("dltrain_ingest",)
+
 
 
 def dags_folder() -> str:
@@ -73,6 +74,7 @@ def run_dag_for_date(dag_id: str, ds: str, env: dict[str, str]) -> DagRunOutcome
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{ds}.log"
     started = time.monotonic()
+    wall_start = time.time()
     with open(log_path, "w") as out:
         proc = subprocess.run(
             [sys.executable, "-m", "airflow", "dags", "test", dag_id, logical],
@@ -81,4 +83,23 @@ def run_dag_for_date(dag_id: str, ds: str, env: dict[str, str]) -> DagRunOutcome
     seconds = time.monotonic() - started
     text = log_path.read_text(errors="replace")
     ok = proc.returncode == 0 and "state=success" in text
-    return DagRunOutcome(dag_id, ds, ok, seconds, str(log_path), "\n".join(text.splitlines()[-40:]))
+    outcome = DagRunOutcome(dag_id, ds, ok, seconds, str(log_path), "\n".join(text.splitlines()[-40:]))
+    outcome.extra["startup_seconds"] = startup_seconds(text, wall_start)
+    return outcome
+
+
+_STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+Z)")
+_SPARK = re.compile(r"Spark session \S+ started in ([0-9.]+)s")
+
+
+def startup_seconds(text: str, wall_start: float) -> float:
+    """Fixed start-up in one ``dags test`` process: Airflow until the first task starts, plus Spark sessions."""
+    airflow_start = 0.0
+    for line in text.splitlines():
+        if "[DAG TEST] starting task" in line:
+            stamp = _STAMP.match(line)
+            if stamp:
+                first = datetime.fromisoformat(stamp.group(1).replace("Z", "+00:00")).timestamp()
+                airflow_start = max(0.0, first - wall_start)
+            break
+    return airflow_start + sum(float(m.group(1)) for m in _SPARK.finditer(text))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import require
 
 _LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 # Settings every session gets. Timestamps as INT64 micros (never INT96) so the Parquet files Spark
 # executors write are valid Delta data files; no Ivy/Maven resolution can be triggered.
@@ -53,12 +56,14 @@ def spark_session(
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
+        started = time.monotonic()
         builder = SparkSession.builder.master(master or os.environ.get("DLTRAIN_SPARK_MASTER", "local[*]"))
         builder = builder.appName(app_name)
         for key, value in {**BASE_CONF, **dict(conf or {})}.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
+        log.info("Spark session %s started in %.1fs", session.sparkContext.master, time.monotonic() - started)
         return session
 
 

@@ -1,0 +1,92 @@
+"""Nightly retraining that a backfill reproduces: data cut at D, pinned version, champion for D.
+
+For the run covering [D, D+1):
+1. wait until the ``digits`` table holds partition ``ds = D`` and pin the version that wrote it;
+2. skip training when data, training code and hyper-parameters are unchanged since the model that
+   is champion for D (the reason is logged); otherwise train with 2 DDP processes on ``ds <= D``;
+3. register the model behind the gate (``val_accuracy``, higher is better) — a backfill of an old
+   date never moves the live ``champion`` alias;
+4. score D's images with the champion for D into the ``digit_predictions`` partition ``ds = D``;
+5. log and return the lineage of the predictions.
+
+Hyper-parameters are a DAG param: trigger with ``{"hparams": {...}}`` to change them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Asset, Param
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from airflow_provider_dltrain.demo import paths
+from airflow_provider_dltrain.operators import (
+    DeltaLineageOperator,
+    RegisterModelOperator,
+    SparkBatchInferenceOperator,
+    TrainModelOperator,
+)
+from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
+
+DS = "{{ data_interval_start | ds }}"
+MODEL = "dltrain_digits"
+DIGITS = paths.table("digits")
+PREDICTIONS = paths.table("digit_predictions")
+HPARAMS = {"epochs": 12, "batch_size": 32, "lr": 0.003, "seed": 7}
+
+with DAG(
+    dag_id="dltrain_retrain",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+    start_date=datetime(2026, 11, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    params={"hparams": Param(HPARAMS, type="object", description="hyper-parameters of the digits CNN")},
+    tags=["dltrain", "training"],
+    doc_md=__doc__,
+):
+    pinned = DeltaTableVersionSensor(
+        task_id="wait_for_partition",
+        table_uri=DIGITS,
+        partition={"ds": DS},
+        pin="partition_commit",
+        aws_conn_id=None,
+        poke_interval=60,
+        timeout=6 * 3600,
+        mode="reschedule",
+    )
+    trained = TrainModelOperator(
+        task_id="train",
+        dataset=pinned.output,
+        train_fn="airflow_provider_dltrain.demo.digits_model:train",
+        hparams="{{ params.hparams | tojson }}",
+        data_filter=[["ds", "<=", DS]],
+        data_cutoff=DS,
+        backend="torch_distributor",
+        backend_options={"num_processes": 2},
+        experiment_name=MODEL,
+        skip_if_unchanged=MODEL,
+    )
+    registered = RegisterModelOperator(
+        task_id="register",
+        train_result=trained.output,
+        model_name=MODEL,
+        metric="val_accuracy",
+        mode="max",
+        min_delta=0.0,
+        data_cutoff=DS,
+    )
+    scored = SparkBatchInferenceOperator(
+        task_id="score",
+        model={"name": MODEL, "champion_as_of": DS},
+        input=pinned.output,
+        input_filter=[["ds", "=", DS]],
+        table_uri=PREDICTIONS,
+        partition={"ds": DS},
+        scoring={"feature_columns": ["features"], "key_columns": ["source_file", "label"]},
+        trigger_rule="none_failed",
+        outlets=[Asset(name="dltrain_digit_predictions", uri=f"file://{PREDICTIONS}")],
+    )
+    lineage = DeltaLineageOperator(task_id="lineage", table_uri=PREDICTIONS, version=scored.output)
+
+    pinned >> trained >> registered >> scored >> lineage
