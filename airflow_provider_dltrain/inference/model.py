@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
 from airflow_provider_dltrain.registry.config import TrackingConfig
 
-_SELECTORS = ("alias", "version", "champion_as_of")
-_VERSIONED_URI = re.compile(r"^models:/(?P<name>[^/@]+)/(?P<version>\d+)$")
-_URI_SCHEMES = ("models:/", "runs:/", "file:/", "s3://", "mlflow-artifacts:/")
-
-ModelSpec = str | Mapping[str, Any]
+_HINT = (
+    "pass 'models:/<name>/<version>', 'models:/<name>@<alias>', 'runs:/<run_id>/<path>', "
+    "{'name': n, 'alias': 'champion'}, {'name': n, 'version': 3} "
+    "or {'name': n, 'champion_as_of': 'YYYY-MM-DD'}"
+)
 
 
 @dataclass(frozen=True)
@@ -22,47 +21,24 @@ class ScoringModel:
     """The exact model a scoring run uses; ``model_uri`` never moves (no alias, no "latest")."""
 
     name: str | None  # None for a ``runs:/`` URI that was never registered
-    version: str | None
+    version: int | None
     model_uri: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "model_uri": self.model_uri}
 
 
-def check_model_spec(spec: object, *, field: str = "model") -> ModelSpec:
-    """Return ``spec`` if it has one of the accepted shapes, else raise naming ``field``."""
-    hint = (
-        "pass 'models:/<name>/<version>', 'runs:/<run_id>/<path>', {'name': n, 'alias': 'champion'}, "
-        "{'name': n, 'version': 3} or {'name': n, 'champion_as_of': '2026-11-28'}"
-    )
+def check_model_spec(spec: object, *, field: str = "model") -> str | Mapping[str, Any]:
+    """Return ``spec`` if it is a non-empty URI or a dict with a ``name``; else raise naming ``field``."""
     if isinstance(spec, str):
-        if not spec.startswith(_URI_SCHEMES):
-            raise InvalidSpecError(f"{field} = {spec!r:.120} is not a model URI: {hint}")
+        if not spec.strip():
+            raise InvalidSpecError(f"{field} is an empty string (did a template render to nothing?): {_HINT}")
         return spec
     if not isinstance(spec, Mapping):
-        raise InvalidSpecError(f"{field} must be a model URI or dict, got {type(spec).__name__}: {hint}")
-    if not isinstance(spec.get("name"), str) or not spec["name"]:
-        raise InvalidSpecError(f"{field} needs a non-empty 'name': {hint}")
-    chosen = [k for k in _SELECTORS if k in spec]
-    unknown = sorted(set(spec) - {"name", *_SELECTORS})
-    if len(chosen) != 1 or unknown:
-        raise InvalidSpecError(
-            f"{field} must have 'name' and exactly one of {list(_SELECTORS)}; got keys {sorted(spec)}: {hint}"
-        )
+        raise InvalidSpecError(f"{field} must be a model URI or a dict, got {type(spec).__name__}: {_HINT}")
+    if not isinstance(spec.get("name"), str) or not spec["name"].strip():
+        raise InvalidSpecError(f"{field} needs a non-empty 'name', got keys {sorted(spec)}: {_HINT}")
     return spec
-
-
-def _pinned(spec: ModelSpec) -> ScoringModel | None:
-    """A spec that already names one version needs no registry round-trip."""
-    if isinstance(spec, str):
-        match = _VERSIONED_URI.match(spec)
-        return ScoringModel(match["name"], match["version"], spec) if match else None
-    if "version" in spec:
-        name, version = str(spec["name"]), str(spec["version"]).strip()
-        if not version.isdigit():
-            raise InvalidSpecError(f"model.version must be a positive integer, got {spec['version']!r}")
-        return ScoringModel(name, version, f"models:/{name}/{version}")
-    return None
 
 
 def resolve_scoring_model(
@@ -70,28 +46,23 @@ def resolve_scoring_model(
 ) -> ScoringModel:
     """Resolve ``spec`` (URI, alias, version or champion as of a date) to one pinned model version.
 
-    Aliases and ``champion_as_of`` are resolved once, here on the driver, so every Spark worker
-    loads the same version even if the alias moves while the job runs.
+    Aliases and champions are resolved once, here on the driver, so every Spark worker loads the
+    same version even if the alias moves while the job runs. With ``as_of`` an alias spec means
+    "the champion on that date" (a backfill scores with the model that was champion then).
+
+    :raises InvalidSpecError: the spec is malformed (the message starts with ``field``).
+    :raises ModelNotFoundError: the version, alias or champion does not exist.
     """
+    from airflow_provider_dltrain.registry.resolve import resolve_model
+
     checked = check_model_spec(spec, field=field)
-    pinned = _pinned(checked)
-    if pinned is not None:
-        return pinned
     try:
-        from airflow_provider_dltrain.registry import resolve_model  # type: ignore[attr-defined]
-    except ImportError as err:  # the registry engine is optional only while it is being built
-        raise InvalidSpecError(
-            f"{field} = {checked!r:.120} needs the registry to resolve it; pass 'models:/<name>/<version>'"
-        ) from err
-    resolved = resolve_model(tracking, _registry_spec(checked), as_of=as_of)
-    version = getattr(resolved, "version", None)
-    name = getattr(resolved, "name", None)
+        plain = checked if isinstance(checked, str) else dict(checked)
+        resolved = resolve_model(tracking, plain, as_of=as_of)
+    except DltrainUserError as err:
+        raise type(err)(f"{field}: {err}") from err
     return ScoringModel(
-        name=None if name is None else str(name),
-        version=None if version is None else str(version),
-        model_uri=str(resolved.model_uri),
+        name=resolved.name,
+        version=None if resolved.version is None else int(resolved.version),
+        model_uri=resolved.model_uri,
     )
-
-
-def _registry_spec(spec: ModelSpec) -> Any:
-    return spec if isinstance(spec, str) else dict(spec)

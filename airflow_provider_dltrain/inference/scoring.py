@@ -95,7 +95,7 @@ def score_dataframe(
         *scoring.key_columns,
         *predictions,
         F.lit(model.name).cast("string").alias(MODEL_NAME),
-        F.lit(model.version).cast("string").alias(MODEL_VERSION),
+        F.lit(model.version).cast("long").alias(MODEL_VERSION),
         F.lit(input_version).cast("long").alias(INPUT_VERSION),
     )
 

@@ -56,11 +56,12 @@ def multi_file_input(tmp_path_factory) -> DeltaRef:
     return latest(uri)
 
 
-def _log(name: str, module: Any, example: Any) -> None:
+def _log(name: str, module: Any, example: Any, val_loss: float) -> None:
     import mlflow
     import mlflow.pytorch
 
     with mlflow.start_run():
+        mlflow.log_metric("val_loss", val_loss)
         mlflow.pytorch.log_model(
             module, name="model", input_example=example, registered_model_name=name,
             serialization_format="pt2", pip_requirements=["torch"],  # skips seconds of requirement inference
@@ -84,6 +85,23 @@ def store(tmp_path_factory) -> Store:
         module = torch.nn.Sequential(
             torch.nn.Linear(N_FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, N_CLASSES)
         ).eval()
-        _log("digits", module, features(4, 0))
+        _log("digits", module, features(4, 0), val_loss=1.0 - int(version) / 10)
         modules[version] = module
     return Store(tracking=tracking, modules=modules)
+
+
+CHAMPION_FROM = {1: "2026-11-20", 2: "2026-11-25"}
+
+
+@pytest.fixture(scope="session")
+def promoted(store: Store) -> Store:
+    """v1 champion from 2026-11-20, v2 (lower val_loss) from 2026-11-25; the live alias is on v2."""
+    from airflow_provider_dltrain.registry import GateSpec, gate_and_promote
+
+    for version, cutoff in CHAMPION_FROM.items():
+        result = gate_and_promote(
+            store.tracking, model_name="digits", version=version, gate=GateSpec("val_loss"),
+            data_cutoff=cutoff,
+        )
+        assert result.promoted, result
+    return store

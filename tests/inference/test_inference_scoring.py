@@ -42,7 +42,7 @@ def test_scoring_by_uri_keeps_keys_and_adds_predictions_model_and_input_version(
     assert table.num_rows == ROWS_PER_DAY
     assert table.column("id").to_pylist() == list(range(ROWS_PER_DAY, 2 * ROWS_PER_DAY))
     assert set(table.column("model_name").to_pylist()) == {"digits"}
-    assert set(table.column("model_version").to_pylist()) == {"1"}
+    assert set(table.column("model_version").to_pylist()) == {1}
     assert set(table.column("input_version").to_pylist()) == {input_table.version}
     assert set(table.column("ds").to_pylist()) == {DAYS[1]}
     labels, scores = expected(store.modules["1"], features(ROWS_PER_DAY, 1))
@@ -77,7 +77,7 @@ def test_scoring_one_partition_leaves_other_partitions_untouched(spark, store, i
     rows = table.to_pyarrow_table()
     days, versions = rows.column("ds").to_pylist(), rows.column("model_version").to_pylist()
     by_day = Counter(zip(days, versions, strict=True))
-    assert by_day == {(DAYS[0], "1"): ROWS_PER_DAY, (DAYS[1], "2"): ROWS_PER_DAY}
+    assert by_day == {(DAYS[0], 1): ROWS_PER_DAY, (DAYS[1], 2): ROWS_PER_DAY}
 
 
 def test_scoring_by_explicit_version_uses_that_version(spark, store, input_table, tmp_path):
@@ -85,7 +85,7 @@ def test_scoring_by_explicit_version_uses_that_version(spark, store, input_table
     _score(spark, store, input_table, out, model={"name": "digits", "version": "2"})
 
     table = _rows(out)
-    assert set(table.column("model_version").to_pylist()) == {"2"}
+    assert set(table.column("model_version").to_pylist()) == {2}
     labels, _ = expected(store.modules["2"], features(ROWS_PER_DAY, 1))
     np.testing.assert_array_equal(table.column("prediction").to_numpy(), labels)
 
@@ -142,3 +142,37 @@ def test_features_the_model_cannot_take_fail_as_schema_mismatch_and_commit_nothi
     with pytest.raises(SchemaMismatchError, match=r"rejected input of shape \(2, 2\)"):
         _score(spark, store, narrow, str(tmp_path / "scores"), scoring=scoring)
     assert DeltaLog(str(tmp_path / "scores")).latest_version() is None
+
+
+def test_scoring_by_alias_uses_the_version_the_alias_holds(spark, promoted, input_table, tmp_path):
+    out = str(tmp_path / "scores")
+    _score(spark, promoted, input_table, out, model={"name": "digits", "alias": "champion"})
+
+    table = _rows(out)
+    assert set(table.column("model_version").to_pylist()) == {2}
+    labels, _ = expected(promoted.modules["2"], features(ROWS_PER_DAY, 1))
+    np.testing.assert_array_equal(table.column("prediction").to_numpy(), labels)
+
+
+def test_scoring_with_champion_as_of_a_date_uses_the_champion_of_that_date(
+    spark, promoted, input_table, tmp_path
+):
+    out = str(tmp_path / "scores")
+    _score(spark, promoted, input_table, out, model={"name": "digits", "champion_as_of": "2026-11-22"})
+
+    assert set(_rows(out).column("model_version").to_pylist()) == {1}
+
+
+@pytest.mark.parametrize(
+    ("as_of", "version"), [("2026-11-20", 1), ("2026-11-24", 1), ("2026-11-25", 2), ("2026-12-31", 2)]
+)
+def test_alias_resolved_as_of_a_date_is_the_champion_then_not_now(promoted, as_of, version):
+    chosen = resolve_scoring_model({"name": "digits", "alias": "champion"}, promoted.tracking, as_of=as_of)
+    assert (chosen.name, chosen.version, chosen.model_uri) == ("digits", version, f"models:/digits/{version}")
+
+
+def test_unknown_model_version_is_refused_naming_the_field(store):
+    from airflow_provider_dltrain.registry import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match=r"^model: .*digits"):
+        resolve_scoring_model({"name": "digits", "version": 99}, store.tracking)
