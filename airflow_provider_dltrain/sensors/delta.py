@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
+PINS = ("newest", "partition_commit")
+
+
 class DeltaTableVersionSensor(BaseSensorOperator):
     """Succeed once the table's newest version meets every condition; return that ``DeltaRef`` dict.
 
@@ -36,6 +39,10 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     :param aws_conn_id: Amazon provider ``aws`` connection for ``s3://`` tables.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at the table (``poke_interval`` is an alias).
+    :param pin: which version to hand on once the conditions hold: ``"newest"`` (default), or
+        ``"partition_commit"`` — the version that last wrote ``partition``. Reading that version
+        gives the same bytes however many later partitions were appended since, which is what
+        makes a backfill of D reproduce the nightly run of D.
     """
 
     template_fields: Sequence[str] = ("table_uri", "partition", "newer_than")
@@ -52,8 +59,13 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         aws_conn_id: str | None = "aws_default",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 60.0,
+        pin: str = "newest",
         **kwargs: Any,
     ) -> None:
+        if pin not in PINS:
+            raise ValueError(f"pin must be one of {PINS}, got {pin!r}")
+        if pin == "partition_commit" and not partition:
+            raise ValueError("pin='partition_commit' needs a partition condition")
         poke_interval = kwargs.pop("poke_interval", poll_interval)
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table_uri = table_uri
@@ -64,7 +76,20 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
         self.poll_interval = self.poke_interval
+        self.pin = pin
         self._last_check: VersionCheck | None = None
+
+    def _pinned(self, ref: DeltaRef) -> dict[str, Any]:
+        """The ``DeltaRef`` dict to hand on for a version that met every condition."""
+        if self.pin != "partition_commit":
+            return ref.to_dict()
+        from airflow_provider_dltrain.lake.history import partition_commit
+
+        with fail_fast_on_user_error():
+            storage = self.hook.get_storage_options(ref.uri)
+            pinned = partition_commit(ref.uri, dict(self.partition or {}), ref.version, storage)
+        self.log.info("pinned %s to version %d, the commit that last wrote %s", ref.uri, pinned.version, self.partition)
+        return pinned.to_dict()
 
     @cached_property
     def hook(self) -> DeltaTableHook:
@@ -88,7 +113,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self.log.info("%s: %s", check.conditions.table_uri, check.summary())
         if check.ref is None:
             return False
-        return PokeReturnValue(is_done=True, xcom_value=check.ref.to_dict())
+        return PokeReturnValue(is_done=True, xcom_value=self._pinned(check.ref))
 
     def execute(self, context: Context) -> Any:
         conditions = self._conditions()
@@ -100,7 +125,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         check = self._check()  # already there: no need to occupy the triggerer
         if check.ref is not None:
             self.log.info("%s: %s", conditions.table_uri, check.summary())
-            return check.ref.to_dict()
+            return self._pinned(check.ref)
         from airflow_provider_dltrain.triggers.delta import DeltaTableVersionTrigger
 
         self.defer(
@@ -117,7 +142,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         status = event.get("status")
         if status == "success":
             with fail_fast_on_user_error():
-                return DeltaRef.coerce(event["ref"]).to_dict()
+                return self._pinned(DeltaRef.coerce(event["ref"]))
         if status == "error":
             message = f"waiting for a version of Delta table {self.table_uri} failed: {event.get('message')}"
             if event.get("retryable", True):
