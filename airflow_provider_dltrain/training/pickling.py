@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import Any
 
@@ -16,10 +15,16 @@ def _cloudpickle() -> Any:
 
 
 def _importable(module_name: str) -> bool:
-    if module_name in {"__main__", "builtins"}:
-        return module_name == "builtins"
+    """Whether a fresh interpreter could import the module (``sys.modules`` deliberately not consulted)."""
+    from importlib.machinery import PathFinder
+
+    if module_name == "__main__":
+        return False
+    top = module_name.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
     try:
-        return importlib.util.find_spec(module_name) is not None
+        return PathFinder.find_spec(top) is not None
     except (ImportError, ValueError):
         return False
 

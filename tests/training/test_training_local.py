@@ -156,3 +156,26 @@ def test_hashes_ignore_key_order_and_follow_the_code():
 
     assert code_hash(traced_demo_train) != code_hash(failing_train)
     assert code_hash(traced_demo_train) == code_hash(traced_demo_train)
+
+
+def test_a_train_fn_defined_in_a_dag_file_is_shipped_by_value_to_fresh_processes(tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    from airflow_provider_dltrain.training.pickling import dumps
+
+    source = tmp_path / "my_dag.py"
+    source.write_text("SCALE = 2.0\n\ndef train(ctx):\n    return {'answer': 21.0 * SCALE}\n")
+    # the synthetic module name Airflow gives a DAG file: no fresh process can import it
+    spec = importlib.util.spec_from_file_location("unusual_prefix_0123_my_dag", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    payload = dumps({"fn": module.train}, module.train)
+    code = (
+        "import sys; from airflow_provider_dltrain.training.pickling import loads; "
+        "print(loads(sys.stdin.buffer.read())['fn'](None))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, check=True)
+    assert out.stdout.decode().strip().splitlines()[-1] == "{'answer': 42.0}"
