@@ -53,7 +53,7 @@ class TrainingFailedError(DltrainError):
     """A training worker failed; the message carries the failing rank's traceback."""
 
 
-def require(module: str, extra: str):  # noqa: ANN201 - returns a module
+def require(module: str, extra: str):
     """Import ``module`` or raise :class:`MissingExtraError` naming the extra that provides it."""
     import importlib
 

@@ -89,7 +89,9 @@ def lineage(
         if data and data.get("uri") is not None:
             chain["training_commit"] = _commit(data["uri"], int(data["version"]), storage_options)
     if info.get("dltrain.input_uri") and info.get("dltrain.input_version") is not None:
-        chain["scored_input_commit"] = _commit(info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options)
+        chain["scored_input_commit"] = _commit(
+            info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options
+        )
     return chain
 
 
@@ -120,7 +122,9 @@ def format_lineage(chain: dict[str, Any]) -> str:
             f"        <- trained on {data.get('uri')} version {data.get('version')}, data cut-off {model['data_cutoff']}"
         )
         if chain.get("training_commit"):
-            lines.append(f"           <- ingest commit version {chain['training_commit']['version']} by {_who(chain['training_commit'])}")
+            lines.append(
+                f"           <- ingest commit version {chain['training_commit']['version']} by {_who(chain['training_commit'])}"
+            )
     else:
         lines.append("  (this version names no model: it was not written by batch inference)")
     if chain.get("scored_input_commit"):

@@ -32,7 +32,10 @@ def main(argv: list[str]) -> int:
         for result in module.run():
             rows.append(result)
             verdict = "meets" if _meets(result["ratio"], result["goal"]) else "MISSES"
-            print(f"   {result['name']}: {result['ratio']:.3f} (goal {result['goal']}, {verdict}) {result['detail']}", flush=True)
+            print(
+                f"   {result['name']}: {result['ratio']:.3f} (goal {result['goal']}, {verdict}) {result['detail']}",
+                flush=True,
+            )
         print(f"   ({time.perf_counter() - started:.1f}s)", flush=True)
     print("\nsummary")
     for r in rows:

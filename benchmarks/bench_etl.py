@@ -18,7 +18,9 @@ def _frame(spark):
         F.col("id"),
         F.array(*[(F.col("id") % (i + 7)).cast("float") / 7.0 for i in range(32)]).alias("features"),
         (F.col("id") % 10).alias("label"),
-        F.concat(F.lit("2026-11-24/images/img_"), F.col("id").cast("string"), F.lit(".png")).alias("source_file"),
+        F.concat(F.lit("2026-11-24/images/img_"), F.col("id").cast("string"), F.lit(".png")).alias(
+            "source_file"
+        ),
     )
     return df.cache()
 

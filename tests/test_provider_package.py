@@ -8,7 +8,9 @@ import sys
 def test_airflow_providers_list_shows_the_provider():
     out = subprocess.run(
         [sys.executable, "-m", "airflow", "providers", "list", "-o", "json"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "airflow-provider-dltrain" in out
 
@@ -39,5 +41,10 @@ def test_importing_operators_sensors_and_triggers_loads_no_heavy_library():
 
 
 def test_python_dash_m_and_the_console_command_are_the_same_cli():
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_dltrain", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_dltrain", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "demo" in out and "lineage" in out

@@ -21,7 +21,10 @@ def run_outcome(dag_id: str, ds: str, env: dict[str, str]) -> dict[str, Any]:
     """Task states and return values of the newest run of ``dag_id`` for ``ds`` (from Airflow's DB)."""
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_provider_dltrain.demo.xcoms", dag_id, ds],
-        env=env, capture_output=True, text=True, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
@@ -33,15 +36,22 @@ def describe_retrain(outcome: dict[str, Any], ds: str) -> list[str]:
     lines = [f"    training data pinned to digits version {pinned.get('version')} (ds <= {ds})"]
     train = xcom.get("train")
     if tasks.get("train") == "skipped":
-        lines.append("    training skipped: data, code and hyper-parameters unchanged since the champion for this date")
+        lines.append(
+            "    training skipped: data, code and hyper-parameters unchanged since the champion for this date"
+        )
     elif train:
         acc = (train.get("metrics") or {}).get("val_accuracy")
-        lines.append(f"    trained MLflow run {train.get('run_id')}: val_accuracy {acc:.3f}" if acc is not None else
-                     f"    trained MLflow run {train.get('run_id')}")
+        lines.append(
+            f"    trained MLflow run {train.get('run_id')}: val_accuracy {acc:.3f}"
+            if acc is not None
+            else f"    trained MLflow run {train.get('run_id')}"
+        )
     reg = xcom.get("register")
     if reg:
         verdict = "PROMOTED" if reg.get("promoted") else "not promoted"
-        lines.append(f"    model {reg.get('name')} version {reg.get('version')}: {verdict} — {reg.get('reason')}")
+        lines.append(
+            f"    model {reg.get('name')} version {reg.get('version')}: {verdict} — {reg.get('reason')}"
+        )
         lines.append(f"    champion for {ds}: version {reg.get('champion_version')}")
     version, rows = partition_rows(paths.table("digit_predictions"), ds)
     lines.append(f"    predictions: {rows} rows in digit_predictions version {version}")
@@ -65,19 +75,25 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
             outcome = run_dag_for_date(dag_id, ds, env)
             durations.append(outcome.seconds)
             startup.append(float(outcome.extra.get("startup_seconds", 0.0)))
-            print(f"  {dag_id}: {'ok' if outcome.ok else 'FAILED'} in {outcome.seconds:.1f}s (log: {outcome.log_path})")
+            print(
+                f"  {dag_id}: {'ok' if outcome.ok else 'FAILED'} in {outcome.seconds:.1f}s (log: {outcome.log_path})"
+            )
             if not outcome.ok:
                 print(outcome.tail)
                 return 1
             if dag_id == "dltrain_ingest":
                 s = ingest_summary(ds)
-                print(f"    digits version {s['digits_version']}: {s['rows']} rows written, {s['quarantined']} quarantined")
+                print(
+                    f"    digits version {s['digits_version']}: {s['rows']} rows written, {s['quarantined']} quarantined"
+                )
             elif dag_id == "dltrain_retrain":
                 print("\n".join(describe_retrain(run_outcome(dag_id, ds, env), ds)))
     total = time.monotonic() - began
     fixed = sum(startup)
-    print(f"\ndemo finished in {total:.1f}s ({len(durations)} DAG runs); fixed start-up (Airflow process and "
-          f"execution API, Spark sessions) {fixed:.1f}s = {fixed / total:.0%} of the wall time")
+    print(
+        f"\ndemo finished in {total:.1f}s ({len(durations)} DAG runs); fixed start-up (Airflow process and "
+        f"execution API, Spark sessions) {fixed:.1f}s = {fixed / total:.0%} of the wall time"
+    )
     print(f"lineage of the newest predictions: dltrain lineage {paths.table('digit_predictions')}")
     print(f"MLflow UI on the demo's store:      mlflow ui --backend-store-uri {paths.mlflow_uri()}")
     return 0

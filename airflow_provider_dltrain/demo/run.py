@@ -20,15 +20,15 @@ from typing import Any
 from airflow_provider_dltrain.demo import paths
 
 
-
-
 def dags_folder() -> str:
     if os.environ.get("DLTRAIN_DAGS_FOLDER"):
         return os.environ["DLTRAIN_DAGS_FOLDER"]
     repo_dags = Path(__file__).resolve().parents[2] / "dags"
     if repo_dags.is_dir():
         return str(repo_dags)
-    raise FileNotFoundError("cannot find the demo DAGs: set DLTRAIN_DAGS_FOLDER to the repository's dags/ folder")
+    raise FileNotFoundError(
+        "cannot find the demo DAGs: set DLTRAIN_DAGS_FOLDER to the repository's dags/ folder"
+    )
 
 
 def airflow_env() -> dict[str, str]:
@@ -53,7 +53,9 @@ def airflow_env() -> dict[str, str]:
 
 def ensure_airflow_db(env: dict[str, str]) -> None:
     os.makedirs(env["AIRFLOW_HOME"], exist_ok=True)
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True
+    )
 
 
 @dataclass
@@ -78,7 +80,10 @@ def run_dag_for_date(dag_id: str, ds: str, env: dict[str, str]) -> DagRunOutcome
     with open(log_path, "w") as out:
         proc = subprocess.run(
             [sys.executable, "-m", "airflow", "dags", "test", dag_id, logical],
-            env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
     seconds = time.monotonic() - started
     text = log_path.read_text(errors="replace")

@@ -30,7 +30,7 @@ class SeedDay:
     created: bool
 
 
-def _png(pixels, size: int = 8) -> bytes:  # noqa: ANN001 - numpy array
+def _png(pixels, size: int = 8) -> bytes:
     from PIL import Image
 
     img = Image.fromarray(pixels.astype("uint8"), mode="L")

@@ -12,12 +12,11 @@ from datetime import datetime, timezone
 
 
 def run_outcome(dag_id: str, ds: str) -> dict:
-    from sqlalchemy import select
-
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     start = datetime.fromisoformat(ds).replace(tzinfo=timezone.utc)
     with create_session() as session:
@@ -30,8 +29,10 @@ def run_outcome(dag_id: str, ds: str) -> dict:
         if run is None:
             return {}
         states = {
-            ti.task_id: str(ti.state.value if hasattr(ti.state, "value") else ti.state)
-            for ti in session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id))
+            ti.task_id: str(getattr(ti.state, "value", ti.state))
+            for ti in session.scalars(
+                select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id)
+            )
         }
         values = {}
         for row in session.scalars(

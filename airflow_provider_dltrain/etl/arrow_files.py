@@ -18,7 +18,7 @@ MAX_ROWS_PER_FILE = 2_000_000
 RECORD_PREVIEW_CHARS = 2_000
 
 
-def QUARANTINE_FIELDS() -> list[Any]:  # noqa: N802 - a constant that needs pyarrow lazily
+def QUARANTINE_FIELDS() -> list[Any]:
     import pyarrow as pa
 
     return [
@@ -31,11 +31,18 @@ def QUARANTINE_FIELDS() -> list[Any]:  # noqa: N802 - a constant that needs pyar
 def _result_arrow_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([
-        ("kind", pa.string()), ("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
-        ("stats", pa.string()), ("mtime", pa.int64()), ("reasons", pa.map_(pa.string(), pa.int64())),
-        ("mismatched", pa.int64()),
-    ])
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("path", pa.string()),
+            ("size", pa.int64()),
+            ("num_records", pa.int64()),
+            ("stats", pa.string()),
+            ("mtime", pa.int64()),
+            ("reasons", pa.map_(pa.string(), pa.int64())),
+            ("mismatched", pa.int64()),
+        ]
+    )
 
 
 def result_schema() -> str:
@@ -89,8 +96,13 @@ class _FileSink:
                 meta = pq.read_metadata(handle)
             mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
             yield {
-                "kind": kind, "path": rel_path, "size": int(info.size), "num_records": rows,
-                "stats": delta_stats(meta, self.schema), "mtime": mtime, "reasons": reasons or {},
+                "kind": kind,
+                "path": rel_path,
+                "size": int(info.size),
+                "num_records": rows,
+                "stats": delta_stats(meta, self.schema),
+                "mtime": mtime,
+                "reasons": reasons or {},
                 "mismatched": 0,
             }
 
@@ -133,7 +145,9 @@ def _quarantine_batch(bad: Any, partition_cols: set[str]) -> Any:
     for row in rows:
         reasons.append(str(row.pop("_error")))
         sources.append(row.get("source_file") or row.get("path"))
-        preview = {k: _json_value(v) for k, v in row.items() if k not in partition_cols and not isinstance(v, bytes)}
+        preview = {
+            k: _json_value(v) for k, v in row.items() if k not in partition_cols and not isinstance(v, bytes)
+        }
         records.append(json.dumps(preview, default=str)[:RECORD_PREVIEW_CHARS])
     return pa.table(
         {"source_file": pa.array(sources, pa.string()), "reason": reasons, "record": records},
@@ -183,8 +197,18 @@ def file_writer_fn(
             good.write(table.select(data_schema.names).cast(data_schema))
         results = [*good.results("good"), *bad.results("bad", dict(reasons))]
         if mismatched:
-            results.append({"kind": "mismatch", "path": "", "size": 0, "num_records": 0, "stats": "",
-                            "mtime": 0, "reasons": {}, "mismatched": mismatched})
+            results.append(
+                {
+                    "kind": "mismatch",
+                    "path": "",
+                    "size": 0,
+                    "num_records": 0,
+                    "stats": "",
+                    "mtime": 0,
+                    "reasons": {},
+                    "mismatched": mismatched,
+                }
+            )
         schema = _result_arrow_schema()
         for row in results:
             row["reasons"] = list(row["reasons"].items())

@@ -18,7 +18,9 @@ def _spark_path(uri: str) -> str:
     return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
 
 
-def read_delta(spark: Any, ref: DeltaRef, storage_options: StorageOptions | None = None, filters: Any = None) -> Any:
+def read_delta(
+    spark: Any, ref: DeltaRef, storage_options: StorageOptions | None = None, filters: Any = None
+) -> Any:
     """Exactly the rows of ``ref``'s version (partition columns included), without the Delta Spark jars.
 
     The file list of that version is resolved on the driver by delta-rs; Spark reads those Parquet
@@ -44,7 +46,9 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
     """Read one input: a ``DeltaRef`` (dict) or ``{"path": ..., "format": ..., "options": {...}}``."""
     if isinstance(spec, DeltaRef) or (isinstance(spec, Mapping) and "version" in spec and "uri" in spec):
         ref = DeltaRef.coerce(spec)  # type: ignore[arg-type]
-        return read_delta(spark, ref, storage_options, (spec.get("filters") if isinstance(spec, Mapping) else None))
+        return read_delta(
+            spark, ref, storage_options, (spec.get("filters") if isinstance(spec, Mapping) else None)
+        )
     if isinstance(spec, str):
         spec = {"path": spec, "format": "parquet"}
     if not isinstance(spec, Mapping) or "path" not in spec:
@@ -60,5 +64,7 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
     return spark.read.format(fmt).options(**options).load(_spark_path(str(spec["path"])))
 
 
-def read_inputs(spark: Any, inputs: Mapping[str, Any], storage_options: StorageOptions | None = None) -> dict[str, Any]:
+def read_inputs(
+    spark: Any, inputs: Mapping[str, Any], storage_options: StorageOptions | None = None
+) -> dict[str, Any]:
     return {name: read_input(spark, spec, storage_options) for name, spec in (inputs or {}).items()}

@@ -29,10 +29,14 @@ def load_callable(target: Callable[..., Any] | str, *, field: str = "transform")
     return obj  # type: ignore[no-any-return]
 
 
-def run_transform(spark: Any, transform: Transform | str, inputs: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+def run_transform(
+    spark: Any, transform: Transform | str, inputs: Mapping[str, Any], params: Mapping[str, Any]
+) -> Any:
     """Call the user's transform and check that it returned a Spark DataFrame."""
     fn = load_callable(transform)
     out = fn(spark, dict(inputs), dict(params or {}))
     if not hasattr(out, "mapInArrow") or not hasattr(out, "schema"):
-        raise InvalidSpecError(f"transform {getattr(fn, '__name__', fn)!r} must return a Spark DataFrame, got {type(out).__name__}")
+        raise InvalidSpecError(
+            f"transform {getattr(fn, '__name__', fn)!r} must return a Spark DataFrame, got {type(out).__name__}"
+        )
     return out

@@ -125,16 +125,29 @@ def write_dataframe(
     data_schema = _data_schema(df, columns)
     table_schema = _table_schema(data_schema, columns)
     # Fail on a schema conflict before any Spark job runs or any file is written.
-    check_schema(table_arrow_schema(table_uri, storage_options), table_schema, schema_mode=schema_mode, where=table_uri)
+    check_schema(
+        table_arrow_schema(table_uri, storage_options), table_schema, schema_mode=schema_mode, where=table_uri
+    )
     if use_delta_spark:
-        return _write_with_delta_spark(df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata)
+        return _write_with_delta_spark(
+            df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata
+        )
     return _write_with_delta_rs(
-        df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata, storage_options,
-        data_schema, table_schema, schema_mode,
+        df,
+        table_uri,
+        spec,
+        columns,
+        quarantine_uri,
+        max_bad_fraction,
+        metadata,
+        storage_options,
+        data_schema,
+        table_schema,
+        schema_mode,
     )
 
 
-def _write_with_delta_rs(  # noqa: PLR0913 - internal, keyword-rich by nature
+def _write_with_delta_rs(
     df: Any,
     table_uri: str,
     spec: dict[str, str],
@@ -181,7 +194,11 @@ def _write_with_delta_rs(  # noqa: PLR0913 - internal, keyword-rich by nature
     total = n_good + n_bad
     log.info(
         "wrote %d good row(s) in %d file(s) and %d quarantined row(s) for %s in %.1fs",
-        n_good, len(good), n_bad, rel_dir, time.monotonic() - started,
+        n_good,
+        len(good),
+        n_bad,
+        rel_dir,
+        time.monotonic() - started,
     )
     if total and n_bad / total > max_bad_fraction:
         _delete_files(table_uri, good, storage_options)
@@ -196,18 +213,31 @@ def _write_with_delta_rs(  # noqa: PLR0913 - internal, keyword-rich by nature
     if bad or table_arrow_schema(quarantine_uri, storage_options) is not None:
         # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
         quarantine_ref = commit_files(
-            quarantine_uri, bad, _quarantine_table_schema(columns), spec, partition_by=columns,
-            metadata=metadata, storage_options=storage_options,
+            quarantine_uri,
+            bad,
+            _quarantine_table_schema(columns),
+            spec,
+            partition_by=columns,
+            metadata=metadata,
+            storage_options=storage_options,
         )
     ref = commit_files(
-        table_uri, good, table_schema, spec, partition_by=columns, schema_mode=schema_mode,
-        metadata=metadata, storage_options=storage_options,
+        table_uri,
+        good,
+        table_schema,
+        spec,
+        partition_by=columns,
+        schema_mode=schema_mode,
+        metadata=metadata,
+        storage_options=storage_options,
     )
     return WriteResult(ref, n_good, n_bad, len(good), quarantine_ref, reasons)
 
 
 def _written(row: Any) -> WrittenFile:
-    return WrittenFile(row["path"], int(row["size"]), int(row["num_records"]), row["stats"], int(row["mtime"]))
+    return WrittenFile(
+        row["path"], int(row["size"]), int(row["num_records"]), row["stats"], int(row["mtime"])
+    )
 
 
 def _write_with_delta_spark(
@@ -245,10 +275,18 @@ def _write_with_delta_spark(
             source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
             record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *columns)]))
             (
-                bad_df.select(source.alias("source_file"), reason.alias("reason"), record.alias("record"), *columns)
-                .write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(quarantine_uri)
+                bad_df.select(
+                    source.alias("source_file"), reason.alias("reason"), record.alias("record"), *columns
+                )
+                .write.format("delta")
+                .mode("overwrite")
+                .options(**options)
+                .partitionBy(*columns)
+                .save(quarantine_uri)
             )
-        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(table_uri)
+        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(
+            table_uri
+        )
     finally:
         df.unpersist()
     log_ = DeltaLog(table_uri)

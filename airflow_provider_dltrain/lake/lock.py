@@ -74,7 +74,7 @@ def _local_lock(uri: str, resource: str, timeout: float) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _s3_client(options: StorageOptions):  # noqa: ANN202
+def _s3_client(options: StorageOptions):
     from airflow_provider_dltrain.exceptions import require
 
     boto3 = require("boto3", "aws")
@@ -89,7 +89,9 @@ def _s3_client(options: StorageOptions):  # noqa: ANN202
 
 
 @contextlib.contextmanager
-def _s3_lock(uri: str, resource: str, options: StorageOptions, timeout: float, lease: float) -> Iterator[None]:
+def _s3_lock(
+    uri: str, resource: str, options: StorageOptions, timeout: float, lease: float
+) -> Iterator[None]:
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     key = "/".join(p for p in (prefix, LOCK_DIR, _lock_name(resource)) if p)
     client = _s3_client(options)
@@ -117,7 +119,7 @@ def _s3_lock(uri: str, resource: str, options: StorageOptions, timeout: float, l
                 client.delete_object(Bucket=bucket, Key=key)
 
 
-def _break_if_expired(client, bucket: str, key: str) -> None:  # noqa: ANN001
+def _break_if_expired(client, bucket: str, key: str) -> None:
     try:
         obj = client.get_object(Bucket=bucket, Key=key)
         holder = json.loads(obj["Body"].read())

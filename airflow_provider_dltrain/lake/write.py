@@ -50,7 +50,12 @@ def _normalize_type(t: pa.DataType) -> str:
         return "string"
     if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return "binary"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t):
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+    ):
         return f"list<{_normalize_type(t.value_type)}>"
     if pa.types.is_timestamp(t):
         return "timestamp[tz]" if t.tz else "timestamp"
@@ -165,7 +170,9 @@ def overwrite_partition(
                 commit_properties=CommitProperties(custom_metadata=dict(metadata or {})),
             )
         except CommitFailedError as err:
-            raise CommitConflictError(f"concurrent write to {spec} of {uri}; nothing was committed: {err}") from err
+            raise CommitConflictError(
+                f"concurrent write to {spec} of {uri}; nothing was committed: {err}"
+            ) from err
     log = DeltaLog(uri, storage_options)
     return log.ref(log.latest_version() or 0)
 
@@ -200,16 +207,14 @@ def commit_files(
     duplicated.
     """
     from deltalake import CommitProperties, DeltaTable, Schema
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
     uri = normalize_uri(uri)
     spec = part.validate_partition(partition)
     columns = list(partition_by)
     if set(columns) != set(spec):
         raise InvalidSpecError(f"partition {spec} must name exactly the partition columns {columns}")
-    adds = [
-        AddAction(f.path, f.size, dict(spec), f.modification_time, True, f.stats) for f in files
-    ]
+    adds = [AddAction(f.path, f.size, dict(spec), f.modification_time, True, f.stats) for f in files]
     props = CommitProperties(custom_metadata=dict(metadata or {}))
     delta_schema = Schema.from_arrow(schema)
     with partition_lock(uri, part.path_of(spec, columns), storage_options):
@@ -239,8 +244,9 @@ def commit_files(
             if added:
                 table.alter.add_columns([f for f in delta_schema.fields if f.name in added])
                 table.update_incremental()
+            actions: list[AddAction | RemoveAction] = list(adds)
             table.create_write_transaction(
-                adds,
+                actions,
                 mode="overwrite",
                 schema=table.schema() if added else delta_schema,
                 partition_by=columns,

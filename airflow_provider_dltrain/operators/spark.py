@@ -116,7 +116,10 @@ class SparkToDeltaOperator(BaseOperator):
             )
         self.log.info(
             "committed %s version %d: %d row(s) written, %d quarantined%s",
-            result.ref.uri, result.ref.version, result.rows_written, result.rows_quarantined,
+            result.ref.uri,
+            result.ref.version,
+            result.rows_written,
+            result.rows_quarantined,
             f" ({result.reasons})" if result.reasons else "",
         )
         self._emit_asset_event(context, result.to_dict())

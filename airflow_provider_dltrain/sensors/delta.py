@@ -88,7 +88,9 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         with fail_fast_on_user_error():
             storage = self.hook.get_storage_options(ref.uri)
             pinned = partition_commit(ref.uri, dict(self.partition or {}), ref.version, storage)
-        self.log.info("pinned %s to version %d, the commit that last wrote %s", ref.uri, pinned.version, self.partition)
+        self.log.info(
+            "pinned %s to version %d, the commit that last wrote %s", ref.uri, pinned.version, self.partition
+        )
         return pinned.to_dict()
 
     @cached_property

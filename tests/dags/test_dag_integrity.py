@@ -16,7 +16,9 @@ def test_every_dag_imports_without_errors_credentials_or_network():
         "print(sorted(bag.dags))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
     assert "dltrain_ingest" in out
 
 

@@ -17,7 +17,10 @@ N = 2000
 def _start(uri, ds):
     return subprocess.Popen(
         [sys.executable, JOB, uri, ds, str(N)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
 
 

@@ -25,7 +25,11 @@ def _digits(spark, landing, ds=DS):
     inputs = read_inputs(
         spark,
         {
-            "images": {"path": f"{landing}/{ds}/images", "format": "binaryFile", "options": {"pathGlobFilter": "*.png"}},
+            "images": {
+                "path": f"{landing}/{ds}/images",
+                "format": "binaryFile",
+                "options": {"pathGlobFilter": "*.png"},
+            },
             "labels": {"path": f"{landing}/{ds}/labels.csv", "format": "csv"},
         },
     )
@@ -48,7 +52,9 @@ def test_broken_files_land_in_quarantine_with_a_reason_and_no_good_row_is_lost(s
     rows = lake.open_table(uri).to_pyarrow_table().to_pylist()
     assert len(rows) == 60 and {r["ds"] for r in rows} == {DS}
     assert len({r["source_file"] for r in rows}) == 60
-    assert all(len(r["features"]) == 64 and 0.0 <= min(r["features"]) <= max(r["features"]) <= 1.0 for r in rows)
+    assert all(
+        len(r["features"]) == 64 and 0.0 <= min(r["features"]) <= max(r["features"]) <= 1.0 for r in rows
+    )
     bad = lake.open_table(f"{uri}_quarantine").to_pyarrow_table().to_pylist()
     reasons = {r["source_file"].rsplit("/", 1)[-1]: r["reason"] for r in bad}
     assert set(reasons) == {"bad_truncated.png", "bad_size.png", "no_label.png"}

@@ -16,4 +16,8 @@ def test_partition_overwrite_and_version_reads_work_on_s3_through_the_moto_serve
     assert lake.has_partition(uri, 1, {"ds": "2026-11-28"}, options)
     assert not lake.has_partition(uri, 0, {"ds": "2026-11-28"}, options)
     rows = lake.open_table(uri, None, options).to_pyarrow_table().to_pylist()
-    assert sorted((r["ds"], r["x"]) for r in rows) == [("2026-11-27", 1), ("2026-11-27", 2), ("2026-11-28", 4)]
+    assert sorted((r["ds"], r["x"]) for r in rows) == [
+        ("2026-11-27", 1),
+        ("2026-11-27", 2),
+        ("2026-11-28", 4),
+    ]

@@ -49,7 +49,9 @@ def test_partition_presence_and_latest_agree_with_delta_rs_after_checkpoints(tmp
     table = lake.open_table(uri)
     assert lake.latest(uri).version == table.version() == 14
     expected = {p["ds"] for p in table.partitions()}
-    present = {f"2026-11-{d:02d}" for d in range(1, 32) if lake.has_partition(uri, 14, {"ds": f"2026-11-{d:02d}"})}
+    present = {
+        f"2026-11-{d:02d}" for d in range(1, 32) if lake.has_partition(uri, 14, {"ds": f"2026-11-{d:02d}"})
+    }
     assert present == expected
 
 

@@ -229,11 +229,15 @@ def test_importing_sensors_and_triggers_loads_no_heavy_library():
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
-def test_pin_partition_commit_hands_on_the_version_that_last_wrote_the_partition(deferrable, table_uri, write_version):
+def test_pin_partition_commit_hands_on_the_version_that_last_wrote_the_partition(
+    deferrable, table_uri, write_version
+):
     first = write_version(table_uri, "2026-11-28")
     write_version(table_uri, "2026-11-29")
     write_version(table_uri, "2026-11-30")
-    pinned = sensor(table_uri=table_uri, partition={"ds": "2026-11-28"}, pin="partition_commit", deferrable=deferrable)
+    pinned = sensor(
+        table_uri=table_uri, partition={"ds": "2026-11-28"}, pin="partition_commit", deferrable=deferrable
+    )
     assert pinned.execute(context={})["version"] == first.version
     newest = sensor(table_uri=table_uri, partition={"ds": "2026-11-28"}, deferrable=deferrable)
     assert newest.execute(context={})["version"] == first.version + 2
