@@ -3,7 +3,9 @@
 Scoring is a Spark pandas UDF in the iterator form (``Iterator[pd.Series] -> Iterator[pd.DataFrame]``):
 Spark hands each Python worker a stream of Arrow batches, the worker loads the model once
 (``worker.load_model``) and calls it once per batch. Only the feature columns travel to Python;
-key columns stay in the JVM next to their rows.
+key columns stay in the JVM next to their rows. "Once per worker" relies on
+``spark.python.worker.reuse=true`` (the default, also set by ``etl.spark_session``); without reuse
+the model would be loaded once per task, still never once per batch.
 """
 
 from __future__ import annotations

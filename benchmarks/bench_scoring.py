@@ -1,0 +1,189 @@
+"""Batch scoring: Spark pandas-UDF rows/s ÷ plain in-process torch on the same rows and cores; model loads.
+
+Both sides run the same MLflow pt2 model (an MLP of ~3.3M parameters) on the same rows with the same
+number of cores: Spark ``local[N]`` runs N Python workers with one torch thread each, plain torch runs
+one process with N threads. The Spark figure is steady state (workers already hold the model); the
+one-off cost of the first load is printed. Runs are interleaved and the best of each side is compared,
+so load from other processes on the machine hits both sides alike. Loads are counted per Python worker through the
+``DLTRAIN_MODEL_LOAD_LOG`` files the workers write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROWS = 100_000
+FILES = 4
+FEATURES, HIDDEN, CLASSES = 64, (2048, 1536), 10
+BATCH = 10_000
+REPEATS = 3
+
+
+def _model() -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    layers: list[Any] = []
+    width = FEATURES
+    for hidden in HIDDEN:
+        layers += [torch.nn.Linear(width, hidden), torch.nn.ReLU()]
+        width = hidden
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, CLASSES)).eval()
+
+
+def _register(tracking: Any, example: Any) -> str:
+    import mlflow
+    import mlflow.pytorch
+
+    tracking.apply()
+    with mlflow.start_run():
+        mlflow.pytorch.log_model(
+            _model(), name="model", input_example=example, registered_model_name="bench-scorer",
+            serialization_format="pt2", pip_requirements=["torch"],
+        )
+    return "models:/bench-scorer/1"
+
+
+def _input(uri: str, x: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_provider_dltrain.lake import latest
+
+    per_file = len(x) // FILES
+    for i in range(FILES):
+        chunk = x[i * per_file : (i + 1) * per_file]
+        flat = pa.FixedSizeListArray.from_arrays(pa.array(chunk.ravel()), FEATURES)
+        flat = flat.cast(pa.list_(pa.float32()))
+        ids = pa.array(np.arange(i * per_file, (i + 1) * per_file), pa.int64())
+        table = pa.table({"id": ids, "features": flat, "ds": pa.array(["2026-11-28"] * len(chunk))})
+        write_deltalake(uri, table, partition_by=["ds"], mode="append")
+    return latest(uri)
+
+
+def _plain_torch(model_uri: str, x: Any, threads: int) -> Any:
+    """A timer for one process with ``threads`` torch threads scoring ``x`` in BATCH-row batches."""
+    import mlflow.pytorch
+    import torch
+
+    torch.set_num_threads(threads)
+    model = mlflow.pytorch.load_model(model_uri)
+
+    def seconds() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for i in range(0, len(x), BATCH):
+                torch.softmax(model(torch.from_numpy(x[i : i + BATCH])), dim=1).max(dim=1)
+        return time.perf_counter() - started
+
+    return seconds
+
+
+def _spark(scored: Any) -> Any:
+    """A timer for one Spark job scoring every row into the no-op sink."""
+
+    def seconds() -> float:
+        started = time.perf_counter()
+        scored.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - started
+
+    return seconds
+
+
+def _loads(log_dir: Path) -> tuple[Counter[str], Counter[str]]:
+    loads: Counter[str] = Counter()
+    batches: Counter[str] = Counter()
+    for path in log_dir.glob("*.log"):
+        for line in path.read_text().splitlines():
+            (loads if line.startswith("load ") else batches)[path.stem] += 1
+    return loads, batches
+
+
+def _measure(root: Path) -> dict[str, Any]:
+    import numpy as np
+
+    from airflow_provider_dltrain.etl import spark_session
+    from airflow_provider_dltrain.inference import ScoringSpec, score_dataframe, score_table
+    from airflow_provider_dltrain.inference.model import resolve_scoring_model
+    from airflow_provider_dltrain.inference.scoring import arrow_batch_size, read_input
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    x = np.random.default_rng(0).normal(size=(ROWS, FEATURES)).astype(np.float32)
+    tracking = TrackingConfig(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    model_uri = _register(tracking, x[:4])
+    ref = _input(str(root / "input"), x)
+    spark = spark_session(app_name="bench-scoring")
+    cores = int(spark.sparkContext.defaultParallelism)
+    model = resolve_scoring_model(model_uri, tracking)
+    spec = ScoringSpec(feature_columns=("features",), key_columns=("id",), batch_size=BATCH)
+    df = read_input(spark, ref, None, None)
+    spark_run = _spark(score_dataframe(df, model, spec, tracking, input_version=ref.version))
+    plain_run = _plain_torch(model_uri, x, cores)
+    spark_times, plain_times = [], []
+    with arrow_batch_size(spark, BATCH):
+        cold = spark_run()  # starts the Python workers, which load the model
+        for _ in range(REPEATS):  # interleaved, best of each: other load on the machine hits both alike
+            spark_times.append(spark_run())
+            plain_times.append(plain_run())
+    started = time.perf_counter()
+    out, day = str(root / "scores"), {"ds": "2026-11-28"}
+    score_table(spark, model, ref, out, day, scoring=spec, tracking=tracking)
+    end_to_end = time.perf_counter() - started
+    warm, plain = min(spark_times), min(plain_times)
+    return {"cores": cores, "cold": cold, "warm": warm, "end_to_end": end_to_end, "plain": plain}
+
+
+def run() -> list[dict]:
+    from airflow_provider_dltrain.inference import LOAD_LOG_ENV
+
+    root = Path(tempfile.mkdtemp(prefix="bench-scoring-"))
+    previous_log = os.environ.get(LOAD_LOG_ENV)
+    try:
+        (root / "loads").mkdir()
+        os.environ[LOAD_LOG_ENV] = str(root / "loads")  # read on the driver, shipped to the workers
+        m = _measure(root)
+        loads, batches = _loads(root / "loads")
+    finally:
+        if previous_log is None:
+            os.environ.pop(LOAD_LOG_ENV, None)
+        else:
+            os.environ[LOAD_LOG_ENV] = previous_log
+        shutil.rmtree(root, ignore_errors=True)
+    cores, warm, plain = m["cores"], m["warm"], m["plain"]
+    n_loads, workers = sum(loads.values()), len(batches)
+    return [
+        {
+            "name": "pandas-UDF scoring rows/s / plain torch (same rows, same cores)",
+            "ratio": plain / warm,
+            "goal": ">= 0.7",
+            "detail": (
+                f"(spark {ROWS / warm:,.0f} rows/s on local[{cores}] x 1 thread, "
+                f"plain torch {ROWS / plain:,.0f} rows/s x {cores} threads; first spark run incl. worker "
+                f"start + model load {m['cold']:.1f}s; read+score+Delta commit {ROWS / m['end_to_end']:,.0f} "
+                f"rows/s; {ROWS:,} rows in batches of {BATCH:,}, model of {_parameters():,} parameters)"
+            ),
+        },
+        {
+            "name": "model loads / Python workers that scored",
+            "ratio": n_loads / max(workers, 1),
+            "goal": "<= 1.0",
+            "detail": (
+                f"({n_loads} loads, {workers} workers, {sum(batches.values())} batches in {REPEATS + 2} "
+                f"Spark jobs; most loads by one worker: {max(loads.values(), default=0)}; "
+                f"workers that scored without loading: {len(set(batches) - set(loads))})"
+            ),
+        },
+    ]
+
+
+def _parameters() -> int:
+    sizes = [FEATURES, *HIDDEN, CLASSES]
+    return sum(a * b + b for a, b in itertools.pairwise(sizes))
