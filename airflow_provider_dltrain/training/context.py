@@ -146,7 +146,8 @@ class TrainContext:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        # gradients live in the all-reduce buckets: one copy fewer per step
+        return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def save_model(self, model: Any, input_example: Any = None, *, name: str = "model") -> str | None:
         """Log the model (rank 0 only; other ranks return ``None``) and return its model URI.

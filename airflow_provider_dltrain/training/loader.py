@@ -20,9 +20,11 @@ add pickling and IPC on top of that, so ``num_workers=0`` is the default and the
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -141,7 +143,9 @@ def _read(spec: LoaderSpec) -> _Loaded:
     needed = list(dict.fromkeys([*spec.columns, *([spec.key] if spec.key else [])]))
     expr = plan.expression()
     fragments = sorted(plan.dataset().get_fragments(filter=expr), key=lambda f: f.path) if plan.files else []
-    tables = [f.to_table(schema=plan.schema, columns=needed, filter=expr) for f in fragments]
+    # one file per thread (a Delta file is often a single row group); map() keeps the file order
+    with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
+        tables = list(pool.map(lambda f: f.to_table(schema=plan.schema, columns=needed, filter=expr), fragments))
     table = pa.concat_tables(tables) if tables else plan.schema.empty_table().select(needed)
     arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
     everything = np.arange(table.num_rows)

@@ -71,13 +71,18 @@ def _dense(array: pa.Array, name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def to_tensor(values: np.ndarray) -> Any:
-    """A torch tensor sharing memory with ``values`` where possible; object arrays stay numpy."""
+    """A torch tensor sharing memory with ``values``; object arrays (strings) stay numpy.
+
+    Arrow buffers are read-only. The loader only ever gathers rows out of these tensors into new
+    ones, never writes to them or hands them out, so sharing instead of copying is safe here.
+    """
+    import warnings
+
     import numpy as np
     import torch
 
     if values.dtype == object:
         return values
-    if not values.flags.writeable:
-        # Arrow buffers are read-only; torch warns on (and cannot safely share) those.
-        values = np.array(values)
-    return torch.from_numpy(np.ascontiguousarray(values))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(values))
