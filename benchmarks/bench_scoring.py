@@ -45,8 +45,12 @@ def _register(tracking: Any, example: Any) -> str:
     tracking.apply()
     with mlflow.start_run():
         mlflow.pytorch.log_model(
-            _model(), name="model", input_example=example, registered_model_name="bench-scorer",
-            serialization_format="pt2", pip_requirements=["torch"],
+            _model(),
+            name="model",
+            input_example=example,
+            registered_model_name="bench-scorer",
+            serialization_format="pt2",
+            pip_requirements=["torch"],
         )
     return "models:/bench-scorer/1"
 

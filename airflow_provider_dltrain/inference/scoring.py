@@ -146,8 +146,10 @@ def read_input(spark: Any, ref: DeltaRef, input_filter: Any, storage_options: St
 def _filters(value: Any) -> list[tuple[str, str, Any]] | None:
     if value in (None, [], ()):
         return None
-    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
-        isinstance(t, Sequence) and not isinstance(t, str) and len(t) == 3 for t in value
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not all(isinstance(t, Sequence) and not isinstance(t, str) and len(t) == 3 for t in value)
     ):
         raise InvalidSpecError(
             f"input_filter must be a list of [column, op, value] triples, e.g. [['ds', '=', '2026-11-28']]; "

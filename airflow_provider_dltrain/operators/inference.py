@@ -46,10 +46,18 @@ class SparkBatchInferenceOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "model", "input", "table_uri", "partition", "input_filter", "model_as_of",
+        "model",
+        "input",
+        "table_uri",
+        "partition",
+        "input_filter",
+        "model_as_of",
     )
     template_fields_renderers = {
-        "model": "json", "input": "json", "partition": "json", "input_filter": "json",
+        "model": "json",
+        "input": "json",
+        "partition": "json",
+        "input_filter": "json",
     }
     ui_color = "#fff1e0"
 

@@ -63,8 +63,12 @@ def _log(name: str, module: Any, example: Any, val_loss: float) -> None:
     with mlflow.start_run():
         mlflow.log_metric("val_loss", val_loss)
         mlflow.pytorch.log_model(
-            module, name="model", input_example=example, registered_model_name=name,
-            serialization_format="pt2", pip_requirements=["torch"],  # skips seconds of requirement inference
+            module,
+            name="model",
+            input_example=example,
+            registered_model_name=name,
+            serialization_format="pt2",
+            pip_requirements=["torch"],  # skips seconds of requirement inference
         )
 
 
@@ -100,7 +104,10 @@ def promoted(store: Store) -> Store:
 
     for version, cutoff in CHAMPION_FROM.items():
         result = gate_and_promote(
-            store.tracking, model_name="digits", version=version, gate=GateSpec("val_loss"),
+            store.tracking,
+            model_name="digits",
+            version=version,
+            gate=GateSpec("val_loss"),
             data_cutoff=cutoff,
         )
         assert result.promoted, result

@@ -108,8 +108,12 @@ def test_bad_model_spec_fails_fast_naming_the_field(
 def test_input_that_is_not_a_delta_ref_fails_fast_naming_the_field(store, mlflow_conn, tmp_path):
     from airflow.sdk.exceptions import AirflowFailException
 
-    op = _operator(model="models:/digits/1", input={"uri": "/lake/x"}, table_uri=str(tmp_path / "o"),
-                   mlflow_conn_id=mlflow_conn)
+    op = _operator(
+        model="models:/digits/1",
+        input={"uri": "/lake/x"},
+        table_uri=str(tmp_path / "o"),
+        mlflow_conn_id=mlflow_conn,
+    )
     with pytest.raises(AirflowFailException, match=r"^InvalidSpecError: input: .*version"):
         _run(op, _context())
 

@@ -37,7 +37,13 @@ def test_scoring_by_uri_keeps_keys_and_adds_predictions_model_and_input_version(
 
     table = _rows(out)
     assert table.column_names == [
-        "id", "prediction", "score", "model_name", "model_version", "input_version", "ds",
+        "id",
+        "prediction",
+        "score",
+        "model_name",
+        "model_version",
+        "input_version",
+        "ds",
     ]
     assert table.num_rows == ROWS_PER_DAY
     assert table.column("id").to_pylist() == list(range(ROWS_PER_DAY, 2 * ROWS_PER_DAY))

@@ -43,7 +43,9 @@ def test_classification_predicts_argmax_with_its_softmax_probability():
 def test_single_logit_classification_is_binary_with_sigmoid_confidence():
     out = predict(lambda x: torch.tensor([[2.0], [-1.0]]), np.zeros((2, 4), np.float32), "classification")
     assert out["prediction"].tolist() == [1, 0]
-    np.testing.assert_allclose(out["score"], [torch.sigmoid(torch.tensor(2.0)), torch.sigmoid(torch.tensor(1.0))])
+    np.testing.assert_allclose(
+        out["score"], [torch.sigmoid(torch.tensor(2.0)), torch.sigmoid(torch.tensor(1.0))]
+    )
 
 
 def test_regression_returns_one_float_per_row_and_refuses_several_outputs():
