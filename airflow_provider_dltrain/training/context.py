@@ -89,6 +89,7 @@ class TrainContext:
         shuffle: bool | None = None,
         drop_last: bool = False,
         num_workers: int = 0,
+        multiprocessing_context: str | None = None,
     ) -> DeltaLoader:
         """Batches of this rank's share of the pinned version, as ``{column: tensor}`` dicts.
 
@@ -99,6 +100,8 @@ class TrainContext:
         :param columns: columns to load; default every numeric or list-of-numbers column.
         :param shuffle: default ``True`` except for the validation split; seeded by ``seed`` + epoch.
         :param num_workers: DataLoader worker processes; 0 (the measured fast path) reads in-process.
+            Workers only read Parquet with pyarrow (the file list was resolved here), so ``fork``
+            is safe; pass ``multiprocessing_context="spawn"`` when other libraries need it.
         """
         if split not in (None, "train", "validation"):
             raise InvalidSpecError(f"split must be 'train', 'validation' or None, got {split!r}")
@@ -123,7 +126,12 @@ class TrainContext:
             rank=self.rank,
             world_size=self.world_size,
         )
-        return DeltaLoader(spec, num_workers=num_workers, on_batch=lambda b, n: self._count(split, b, n))
+        return DeltaLoader(
+            spec,
+            num_workers=num_workers,
+            multiprocessing_context=multiprocessing_context,
+            on_batch=lambda b, n: self._count(split, b, n),
+        )
 
     def _count(self, split: Split, batch: Batch, rows: int) -> None:
         name = split or "all"

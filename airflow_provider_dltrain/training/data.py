@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
 
@@ -222,6 +222,7 @@ def resolve(
     table = open_table(ref.uri, ref.version, storage_options)
     if ref.timestamp is None:  # a hand-written {"uri", "version"}: record when that version was committed
         ref = ref_at(ref.uri, ref.version, storage_options)
+    _check_readable(table, ref)
     schema = pa.schema(table.schema().to_arrow())
     partition_columns = tuple(table.metadata().partition_columns)
     actions = pa.table(table.get_add_actions(flatten=True))
@@ -245,6 +246,21 @@ def resolve(
         ref, schema, partition_columns, files, normalize_filter(data_filter), dict(storage_options or {})
     )
     return _prune(plan)
+
+
+# Reader features under which a Parquet file's rows/columns are not the table's rows/columns.
+_UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
+
+
+def _check_readable(table: Any, ref: DeltaRef) -> None:
+    features = set(table.protocol().reader_features or ())
+    blocked = sorted(features.intersection(_UNSUPPORTED_READER_FEATURES))
+    if blocked:
+        raise SchemaMismatchError(
+            f"{ref.uri} version {ref.version} uses Delta reader features {blocked}: reading its Parquet "
+            "files directly would return deleted rows or physical column names. Rewrite the table "
+            "without them (e.g. purge deletion vectors, disable column mapping) before training on it."
+        )
 
 
 def _text(value: Any) -> str | None:

@@ -8,7 +8,8 @@ How rows are dealt out (same in every process, computed from the row count alone
   contiguous slice per rank, so ranks are disjoint, every row is used exactly once per epoch and
   every rank runs the same number of steps (DDP needs that, or the last all-reduce hangs). A
   remainder smaller than the world size is spread over the last two steps instead of leaving a
-  rank with nothing. One rank's steps are dealt round-robin to its DataLoader workers.
+  rank with nothing (only with fewer rows than ranks, or ``batch_size=1``, can a rank still get an
+  empty final batch). One rank's steps are dealt round-robin to its DataLoader workers.
 * Because the global batches do not depend on the world size, N ranks with ``batch_size`` B see
   the same batches as one process with ``batch_size`` N*B.
 
@@ -145,7 +146,9 @@ def _read(spec: LoaderSpec) -> _Loaded:
     fragments = sorted(plan.dataset().get_fragments(filter=expr), key=lambda f: f.path) if plan.files else []
     # one file per thread (a Delta file is often a single row group); map() keeps the file order
     with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        tables = list(pool.map(lambda f: f.to_table(schema=plan.schema, columns=needed, filter=expr), fragments))
+        tables = list(
+            pool.map(lambda f: f.to_table(schema=plan.schema, columns=needed, filter=expr), fragments)
+        )
     table = pa.concat_tables(tables) if tables else plan.schema.empty_table().select(needed)
     arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
     everything = np.arange(table.num_rows)
