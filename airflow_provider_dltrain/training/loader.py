@@ -179,7 +179,7 @@ def iter_batches(spec: LoaderSpec, epoch: int, worker: int = 0, num_workers: int
     loaded = _load(spec)
     rows = loaded.rows[spec.split]
     if spec.shuffle:
-        rows = rows[np.random.default_rng([spec.seed, epoch]).permutation(len(rows))]
+        rows = rows[np.random.default_rng([spec.seed % 2**63, epoch]).permutation(len(rows))]
     slices = rank_slices(len(rows), spec.batch_size, spec.rank, spec.world_size, spec.drop_last)
     for step, (start, stop) in enumerate(slices):
         if step % num_workers == worker:

@@ -196,14 +196,19 @@ class MlflowRankTracker(RankTracker):
         with torch.no_grad():
             output = model(example)
         signature = infer_signature(example.numpy(), np.asarray(output.detach().cpu().numpy()))
+        # the fluent API needs a process-wide store; put back the caller's afterwards (notebooks, tests)
+        previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
         self.config.apply()
-        nested = mlflow.active_run() is not None
-        with mlflow.start_run(run_id=self.run_id, nested=nested):
-            info = mlflow.pytorch.log_model(
-                model,
-                name=name,
-                signature=signature,
-                input_example=example.numpy(),
-                pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
-            )
+        try:
+            with mlflow.start_run(run_id=self.run_id, nested=mlflow.active_run() is not None):
+                info = mlflow.pytorch.log_model(
+                    model,
+                    name=name,
+                    signature=signature,
+                    input_example=example.numpy(),
+                    pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+                )
+        finally:
+            mlflow.set_tracking_uri(previous[0])
+            mlflow.set_registry_uri(previous[1])
         return str(info.model_uri)
