@@ -7,13 +7,15 @@ for logical date D + 1 day; the DAGs take their partition from ``data_interval_s
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,42 +71,79 @@ class DagRunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def run_dag_for_date(dag_id: str, ds: str, env: dict[str, str]) -> DagRunOutcome:
-    """``airflow dags test`` giving the run the interval [ds, ds+1), exactly as a backfill of ds."""
-    logical = (date.fromisoformat(ds) + timedelta(days=1)).isoformat()
-    log_dir = Path(paths.home()) / "logs" / dag_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{ds}.log"
-    started = time.monotonic()
+Run = tuple[str, str, "dict[str, Any] | None"]
+
+
+def run_dags(
+    runs: list[Run],
+    env: dict[str, str],
+    on_result: Callable[[DagRunOutcome], None] | None = None,
+) -> list[DagRunOutcome]:
+    """Run ``(dag_id, ds, conf)`` entries in order through the ``airflow dags test`` code path.
+
+    All runs share one process (Airflow and Spark start once); each gets the data interval
+    [ds, ds+1), as a backfill of ds does. Stops at the first failed run. Per-run logs go to
+    ``$DLTRAIN_HOME/logs/<dag_id>/<ds>.log``.
+    """
+    from airflow_provider_dltrain.demo.runner import END, START
+
+    log_root = Path(paths.home()) / "logs"
+    cmd = [sys.executable, "-m", "airflow_provider_dltrain.demo.runner", json.dumps([list(r) for r in runs])]
     wall_start = time.time()
-    with open(log_path, "w") as out:
-        proc = subprocess.run(
-            [sys.executable, "-m", "airflow", "dags", "test", dag_id, logical],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    seconds = time.monotonic() - started
-    text = log_path.read_text(errors="replace")
-    ok = proc.returncode == 0 and "state=success" in text
-    outcome = DagRunOutcome(dag_id, ds, ok, seconds, str(log_path), "\n".join(text.splitlines()[-40:]))
-    outcome.extra["startup_seconds"] = startup_seconds(text, wall_start)
-    return outcome
+    outcomes: list[DagRunOutcome] = []
+    current: list[str] = []
+    spark_start = 0.0
+    first_task_at: float | None = None
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(START):
+            current = []
+            continue
+        if line.startswith(END):
+            result = json.loads(line[len(END) :])
+            log_dir = log_root / result["dag_id"]
+            log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = log_dir / f"{result['ds']}.log"
+            log_path.write_text("".join(current))
+            ok = bool(result["ok"])
+            tail = "".join(current[-40:]) + (f"\n{result['error']}" if result.get("error") else "")
+            outcome = DagRunOutcome(
+                result["dag_id"], result["ds"], ok, float(result["seconds"]), str(log_path), tail
+            )
+            outcomes.append(outcome)
+            if on_result:
+                on_result(outcome)
+            continue
+        current.append(line)
+        match = _SPARK.search(line)
+        if match:
+            spark_start += float(match.group(1))
+        if first_task_at is None and "[DAG TEST] starting task" in line:
+            stamp = _STAMP.match(line)
+            first_task_at = _epoch(stamp.group(1)) if stamp else time.time()
+    proc.wait()
+    if outcomes:
+        airflow_start = max(0.0, (first_task_at or wall_start) - wall_start)
+        outcomes[0].extra["startup_seconds"] = airflow_start + spark_start
+    if proc.returncode and (not outcomes or outcomes[-1].ok):
+        raise RuntimeError(f"the DAG runner exited with {proc.returncode}: {''.join(current[-30:])}")
+    return outcomes
+
+
+def run_dag_for_date(
+    dag_id: str, ds: str, env: dict[str, str], conf: dict[str, Any] | None = None
+) -> DagRunOutcome:
+    """One run of ``dag_id`` covering [ds, ds+1), exactly as a backfill of ds."""
+    outcomes = run_dags([(dag_id, ds, conf)], env)
+    return outcomes[0]
 
 
 _STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+Z)")
 _SPARK = re.compile(r"Spark session \S+ started in ([0-9.]+)s")
 
 
-def startup_seconds(text: str, wall_start: float) -> float:
-    """Fixed start-up in one ``dags test`` process: Airflow until the first task starts, plus Spark sessions."""
-    airflow_start = 0.0
-    for line in text.splitlines():
-        if "[DAG TEST] starting task" in line:
-            stamp = _STAMP.match(line)
-            if stamp:
-                first = datetime.fromisoformat(stamp.group(1).replace("Z", "+00:00")).timestamp()
-                airflow_start = max(0.0, first - wall_start)
-            break
-    return airflow_start + sum(float(m.group(1)) for m in _SPARK.finditer(text))
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

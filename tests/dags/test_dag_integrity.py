@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_every_dag_imports_without_errors_credentials_or_network():
     code = (
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r}, include_examples=False)\n"
+        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
         "assert not bag.import_errors, bag.import_errors\n"
         "print(sorted(bag.dags))\n"
     )
@@ -26,6 +26,6 @@ def test_nightly_dags_use_a_data_interval_timetable_so_backfills_get_real_interv
     from airflow.dag_processing.dagbag import DagBag
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    bag = DagBag(dag_folder=str(REPO / "dags"), include_examples=False)
+    bag = DagBag(dag_folder=str(REPO / "dags"))
     for dag_id, dag in bag.dags.items():
         assert isinstance(dag.timetable, CronDataIntervalTimetable), dag_id
