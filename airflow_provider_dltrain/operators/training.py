@@ -54,7 +54,8 @@ class TrainModelOperator(BaseOperator):
     :param dataset: the pinned version, a DeltaRef dict or the XComArg of the task producing it (templated).
     :param train_fn: ``train(ctx) -> dict[str, float]`` or ``"package.module:function"`` (preferred in
         DAG files: nothing heavy is imported while the DAG is parsed).
-    :param hparams: hyper-parameters given to ``ctx.hparams``; ``seed`` seeds every rank (templated).
+    :param hparams: hyper-parameters given to ``ctx.hparams``, a dict or its JSON (e.g.
+        ``"{{ params.hparams | tojson }}"``); ``seed`` seeds every rank (templated).
     :param data_filter: DNF filter, e.g. ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
     :param data_cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound
         on a partition column in ``data_filter`` (templated).
@@ -63,9 +64,19 @@ class TrainModelOperator(BaseOperator):
     :param experiment_name: MLflow experiment (default: the DAG id) (templated).
     :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
     :param aws_conn_id: ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    :param skip_if_unchanged: a registered model name: skip the task (downstream registration is
+        skipped too) when the version that is champion for this data cut-off was trained on the same
+        data files, code and hyper-parameters (templated).
     """
 
-    template_fields: Sequence[str] = ("dataset", "hparams", "data_filter", "data_cutoff", "experiment_name")
+    template_fields: Sequence[str] = (
+        "dataset",
+        "hparams",
+        "data_filter",
+        "data_cutoff",
+        "experiment_name",
+        "skip_if_unchanged",
+    )
     template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json"}
     operator_extra_links = (MlflowRunLink(),)
     ui_color = "#fde9d9"
@@ -83,12 +94,13 @@ class TrainModelOperator(BaseOperator):
         experiment_name: str | None = None,
         mlflow_conn_id: str = "mlflow_default",
         aws_conn_id: str | None = None,
+        skip_if_unchanged: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.dataset = dataset
         self.train_fn = train_fn
-        self.hparams = dict(hparams or {})
+        self.hparams = hparams
         self.data_filter = data_filter
         self.data_cutoff = data_cutoff
         self.backend = backend
@@ -96,6 +108,7 @@ class TrainModelOperator(BaseOperator):
         self.experiment_name = experiment_name
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id
+        self.skip_if_unchanged = skip_if_unchanged
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         if not self.aws_conn_id:
@@ -105,6 +118,8 @@ class TrainModelOperator(BaseOperator):
         return DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lake.ref import DeltaRef
         from airflow_provider_dltrain.training.runner import run_training
@@ -112,11 +127,17 @@ class TrainModelOperator(BaseOperator):
         info = run_info(context)
         with fail_fast_on_user_error():
             ref = DeltaRef.coerce(self.dataset)
+            hparams = _hparams(self.hparams)
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+            storage = self._storage_options(ref.uri)
+            skip_reason = self._unchanged(tracking, ref, hparams, storage) if self.skip_if_unchanged else None
+            if skip_reason:
+                self.log.info("Skipping training: %s", skip_reason)
+                raise AirflowSkipException(skip_reason)
             result = run_training(
                 self.train_fn,
                 ref,
-                self.hparams,
+                hparams,
                 backend=self.backend,
                 backend_options=self.backend_options,
                 data_filter=self.data_filter,
@@ -125,12 +146,56 @@ class TrainModelOperator(BaseOperator):
                 run_name=f"{info['dag_id']}.{info['task_id']}.{info['run_id']}",
                 tags=_lineage_tags(info),
                 cutoff=self.data_cutoff or None,
-                storage_options=self._storage_options(ref.uri),
+                storage_options=storage,
             )
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
         self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
         return result.to_dict()
+
+    def _unchanged(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> str | None:
+        """Why training can be skipped (the champion for this cut-off has identical inputs), or None."""
+        from airflow_provider_dltrain.registry import champion_as_of
+        from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
+
+        name = str(self.skip_if_unchanged)
+        identity = run_identity(self.train_fn, ref, hparams, self.data_filter, storage)
+        cutoff = self.data_cutoff or identity.get("dltrain.data_cutoff")
+        if not cutoff:
+            self.log.info("No data cut-off (data_cutoff or a '<=' partition filter): cannot find a champion.")
+            return None
+        champion = champion_as_of(tracking, name, cutoff)
+        if champion is None:
+            self.log.info("%s has no champion for cut-off %s yet: training.", name, cutoff)
+            return None
+        changed = [tag.split(".", 1)[1] for tag in IDENTITY_TAGS if champion.tags.get(tag) != identity[tag]]
+        if changed:
+            self.log.info(
+                "Changed since %s v%s (champion for %s): %s.", name, champion.version, cutoff, changed
+            )
+            return None
+        return (
+            f"data files, training code and hyper-parameters are unchanged since {name} v{champion.version}, "
+            f"the champion for data cut-off {cutoff}"
+        )
+
+
+def _hparams(value: Any) -> dict[str, Any]:
+    """Hyper-parameters as a dict; a rendered ``{{ ... | tojson }}`` template arrives as JSON text."""
+    import json
+
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise InvalidSpecError(f"hparams is text but not JSON: {value[:200]!r}") from err
+    if not isinstance(value, Mapping):
+        raise InvalidSpecError(f"hparams must be a dict (or its JSON), got {type(value).__name__}")
+    return dict(value)
 
 
 def _lineage_tags(info: Mapping[str, Any]) -> dict[str, str]:

@@ -22,11 +22,19 @@ from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerpri
 from airflow_provider_dltrain.training.errors import TrainingUserError
 from airflow_provider_dltrain.training.hashing import code_hash, params_hash
 from airflow_provider_dltrain.training.loader import DeltaLoader, LoaderSpec, rank_slices, step_layout
-from airflow_provider_dltrain.training.runner import TrainResult, data_cutoff, load_train_fn, run_training
+from airflow_provider_dltrain.training.runner import (
+    IDENTITY_TAGS,
+    TrainResult,
+    data_cutoff,
+    load_train_fn,
+    run_identity,
+    run_training,
+)
 from airflow_provider_dltrain.training.tracking import TAG_KEYS
 from airflow_provider_dltrain.training.worker import RankJob, run_rank
 
 __all__ = [
+    "IDENTITY_TAGS",
     "TAG_KEYS",
     "Backend",
     "DataFile",
@@ -50,6 +58,7 @@ __all__ = [
     "register_backend",
     "resolve",
     "run_training",
+    "run_identity",
     "run_rank",
     "step_layout",
 ]

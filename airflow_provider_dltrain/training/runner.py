@@ -15,7 +15,7 @@ from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
-from airflow_provider_dltrain.training.data import DNF, DataFilter, resolve
+from airflow_provider_dltrain.training.data import DNF, DataFilter, ScanPlan, resolve
 from airflow_provider_dltrain.training.hashing import canonical_json, code_hash, params_hash
 from airflow_provider_dltrain.training.worker import RankJob, TrainFn
 
@@ -79,6 +79,37 @@ def data_cutoff(data_filter: DNF, partition_columns: tuple[str, ...]) -> str | N
     return max(bounds) if bounds else None
 
 
+# The tags that identify a run's inputs: equal values mean the same bytes, code and settings.
+IDENTITY_TAGS = ("dltrain.data_fingerprint", "dltrain.code_hash", "dltrain.params_hash")
+
+
+def _identity(fn: TrainFn, plan: ScanPlan, params: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        "dltrain.data_fingerprint": plan.fingerprint,
+        "dltrain.code_hash": code_hash(fn),
+        "dltrain.params_hash": params_hash(params),
+    }
+
+
+def run_identity(
+    train_fn: TrainFn | str,
+    dataset: DeltaRef | Mapping[str, Any] | str,
+    hparams: Mapping[str, Any] | None = None,
+    data_filter: DataFilter | None = None,
+    storage_options: StorageOptions | None = None,
+) -> dict[str, str]:
+    """The ``IDENTITY_TAGS`` a run with these inputs would get, plus ``dltrain.data_cutoff`` when derivable.
+
+    Compare them with a registered model version's tags to skip retraining on unchanged inputs.
+    """
+    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
+    tags = _identity(load_train_fn(train_fn), plan, dict(hparams or {}))
+    cut = data_cutoff(plan.data_filter, plan.partition_columns)
+    if cut:
+        tags["dltrain.data_cutoff"] = cut
+    return tags
+
+
 def _run_dir(run_id: str) -> str:
     home = os.path.abspath(os.environ.get("DLTRAIN_HOME", ".dltrain"))
     path = os.path.join(home, "runs", run_id)
@@ -128,9 +159,7 @@ def run_training(
         "dltrain.delta_version": str(plan.ref.version),
         "dltrain.data_filter": canonical_json(plan.data_filter),
         "dltrain.provider_version": __version__,
-        "dltrain.code_hash": code_hash(fn),
-        "dltrain.params_hash": params_hash(params),
-        "dltrain.data_fingerprint": plan.fingerprint,
+        **_identity(fn, plan, params),
         "dltrain.backend": runner.name,
         "dltrain.world_size": str(runner.world_size),
     }

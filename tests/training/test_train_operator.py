@@ -182,3 +182,43 @@ def test_unknown_backend_options_are_a_spec_error():
 
     with pytest.raises(InvalidSpecError, match="num_procs"):
         get_backend("torch_distributor", {"num_procs": 2})
+
+
+def test_training_is_skipped_only_when_the_champion_for_the_cutoff_had_the_same_data_code_and_params(
+    digits_ref, monkeypatch, tmp_path
+):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_dltrain.registry import GateSpec, register_and_promote
+
+    tracking = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.tracking_uri)
+    context = {"ti": _TI(), "logical_date": None}
+    kwargs = {
+        "dataset": digits_ref.to_dict(),
+        "train_fn": "training_fns:traced_demo_train",
+        "hparams": '{"epochs": 1, "batch_size": 64}',  # as "{{ params.hparams | tojson }}" renders
+        "data_filter": [["ds", "<=", DAYS[2]]],
+        "backend_options": {"num_threads": 1},
+        "skip_if_unchanged": "digits",
+    }
+    first = TrainModelOperator(task_id="a", **kwargs).execute(context)  # type: ignore[arg-type]
+    register_and_promote(
+        tracking,
+        model_name="digits",
+        model_uri=first["model_uri"],
+        run_id=first["run_id"],
+        metrics=first["metrics"],
+        gate=GateSpec("val_accuracy", "max"),
+    )
+    with pytest.raises(AirflowSkipException, match="unchanged since digits v1"):
+        TrainModelOperator(task_id="b", **kwargs).execute(context)  # type: ignore[arg-type]
+
+    def reason(**changes):
+        op = TrainModelOperator(task_id="c", **{**kwargs, **changes})
+        return op._unchanged(tracking, digits_ref, json.loads(op.hparams), None)
+
+    assert reason() is not None
+    assert reason(hparams='{"epochs": 1, "batch_size": 32}') is None  # new hyper-parameters
+    assert reason(data_filter=[["ds", "<=", DAYS[3]]]) is None  # a later cut-off reads a new day's files
+    assert reason(train_fn="training_fns:failing_train") is None  # other code
