@@ -39,7 +39,7 @@ def _args(dag_id: str, logical: str, conf: dict[str, Any] | None) -> argparse.Na
 
 def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]:
     from airflow.cli.commands import dag_command
-    from airflow.utils import timezone
+    from airflow.sdk import timezone
 
     logical = (date.fromisoformat(ds) + timedelta(days=1)).isoformat()
     started = time.monotonic()

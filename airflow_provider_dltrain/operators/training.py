@@ -166,18 +166,46 @@ class TrainModelOperator(BaseOperator):
             return None
         champion = champion_as_of(tracking, name, cutoff)
         if champion is None:
-            self.log.info("%s has no champion for cut-off %s yet: training.", name, cutoff)
-            return None
-        changed = [tag.split(".", 1)[1] for tag in IDENTITY_TAGS if champion.tags.get(tag) != identity[tag]]
-        if changed:
+            self.log.info("%s has no champion for cut-off %s yet.", name, cutoff)
+        else:
+            changed = [
+                tag.split(".", 1)[1] for tag in IDENTITY_TAGS if champion.tags.get(tag) != identity[tag]
+            ]
+            if not changed:
+                return (
+                    f"data files, training code and hyper-parameters are unchanged since {name} "
+                    f"v{champion.version}, the champion for data cut-off {cutoff}"
+                )
             self.log.info(
                 "Changed since %s v%s (champion for %s): %s.", name, champion.version, cutoff, changed
             )
-            return None
-        return (
-            f"data files, training code and hyper-parameters are unchanged since {name} v{champion.version}, "
-            f"the champion for data cut-off {cutoff}"
-        )
+        return self._already_judged(tracking, name, cutoff, identity, IDENTITY_TAGS, champion)
+
+    def _already_judged(
+        self,
+        tracking: Any,
+        name: str,
+        cutoff: str,
+        identity: Mapping[str, str],
+        keys: Sequence[str],
+        champion: Any,
+    ) -> str | None:
+        """A version with identical inputs for this cut-off whose gate already decided: retraining
+        would rebuild the same model and register a duplicate, so skip and say which one it was."""
+        client = tracking.client()
+        for mv in client.search_model_versions(f"name='{name}'"):
+            tags = dict(mv.tags or {})
+            if tags.get("dltrain.data_cutoff") != cutoff or not tags.get("dltrain.gate.decision"):
+                continue
+            if all(tags.get(key) == identity[key] for key in keys):
+                current = f"v{champion.version}" if champion is not None else "none"
+                return (
+                    f"data files, training code and hyper-parameters are unchanged since {name} v{mv.version}, "
+                    f"registered for cut-off {cutoff} and {tags['dltrain.gate.decision']} by the gate "
+                    f"({tags.get('dltrain.gate.reason', '')}); the champion for {cutoff} is {current}"
+                )
+        self.log.info("No registered %s version has these inputs for cut-off %s: training.", name, cutoff)
+        return None
 
 
 def _hparams(value: Any) -> dict[str, Any]:
