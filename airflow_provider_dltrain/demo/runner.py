@@ -21,7 +21,7 @@ from typing import Any
 START, END = "DLTRAIN-RUN-START", "DLTRAIN-RUN-END"
 
 
-def _args(dag_id: str, logical: str, conf: dict[str, Any] | None) -> argparse.Namespace:
+def _args(dag_id: str, logical: Any, conf: dict[str, Any] | None) -> argparse.Namespace:
     return argparse.Namespace(
         dag_id=dag_id,
         logical_date=logical,
