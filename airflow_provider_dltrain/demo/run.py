@@ -35,11 +35,13 @@ def dags_folder() -> str:
 
 def airflow_env() -> dict[str, str]:
     """Environment for Airflow commands: project-local home, the demo DAGs, embedded MLflow store."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "AIRFLOW__CORE__UNIT_TEST_MODE"}
     env.update(
         {
             "DLTRAIN_HOME": paths.home(),
             "AIRFLOW_HOME": paths.airflow_home(),
+            # the demo's own metadata DB, whatever database the calling environment points at
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{os.path.join(paths.airflow_home(), 'airflow.db')}",
             "AIRFLOW__CORE__DAGS_FOLDER": dags_folder(),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",

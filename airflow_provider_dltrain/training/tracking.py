@@ -196,9 +196,25 @@ class MlflowRankTracker(RankTracker):
         with torch.no_grad():
             output = model(example)
         signature = infer_signature(example.numpy(), np.asarray(output.detach().cpu().numpy()))
-        # the fluent API needs a process-wide store; put back the caller's afterwards (notebooks, tests)
+        # The fluent API needs a process-wide store: use ours, then put back the caller's exactly
+        # (set_tracking_uri also writes MLFLOW_TRACKING_URI into the environment). The run names
+        # its experiment, so a caller's active experiment (set_experiment, MLFLOW_EXPERIMENT_*) from
+        # another store must not make start_run refuse it.
+        import mlflow.tracking.fluent as fluent
+
+        keys = (
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_REGISTRY_URI",
+            "MLFLOW_EXPERIMENT_ID",
+            "MLFLOW_EXPERIMENT_NAME",
+        )
+        saved_env = {k: os.environ.get(k) for k in keys}
         previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+        saved_experiment = getattr(fluent, "_active_experiment_id", None)
         self.config.apply()
+        for key in keys[2:]:
+            os.environ.pop(key, None)
+        fluent._active_experiment_id = None
         try:
             with mlflow.start_run(run_id=self.run_id, nested=mlflow.active_run() is not None):
                 info = mlflow.pytorch.log_model(
@@ -211,4 +227,10 @@ class MlflowRankTracker(RankTracker):
         finally:
             mlflow.set_tracking_uri(previous[0])
             mlflow.set_registry_uri(previous[1])
+            fluent._active_experiment_id = saved_experiment
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         return str(info.model_uri)
