@@ -102,11 +102,9 @@ class SparkBatchInferenceOperator(BaseOperator):
         return MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
 
     def _storage_options(self) -> dict[str, str] | None:
-        if not self.aws_conn_id:
-            return None
-        from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+        from airflow_provider_dltrain.utils.context import storage_options_for
 
-        return DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(self.table_uri)
+        return storage_options_for(self.aws_conn_id, self.table_uri)
 
     def _input_ref(self) -> DeltaRef:
         from airflow_provider_dltrain.exceptions import InvalidSpecError

@@ -54,12 +54,9 @@ class DeltaLineageOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lineage import format_lineage, lineage
+        from airflow_provider_dltrain.utils.context import storage_options_for
 
-        storage = None
-        if self.aws_conn_id:
-            from airflow_provider_dltrain.hooks.delta import DeltaTableHook
-
-            storage = DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(self.table_uri)
+        storage = storage_options_for(self.aws_conn_id, self.table_uri)
         with fail_fast_on_user_error():
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
             chain = lineage(self.table_uri, self._version(), tracking, storage)

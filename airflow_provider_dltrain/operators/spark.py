@@ -84,11 +84,9 @@ class SparkToDeltaOperator(BaseOperator):
         self.spark_conf = spark_conf or {}
 
     def _storage_options(self) -> dict[str, str] | None:
-        if not self.aws_conn_id:
-            return None
-        from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+        from airflow_provider_dltrain.utils.context import storage_options_for
 
-        return DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(self.table_uri)
+        return storage_options_for(self.aws_conn_id, self.table_uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.etl import read_inputs, run_transform, spark_session, write_dataframe

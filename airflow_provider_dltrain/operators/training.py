@@ -111,11 +111,9 @@ class TrainModelOperator(BaseOperator):
         self.skip_if_unchanged = skip_if_unchanged
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
-        if not self.aws_conn_id:
-            return None
-        from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+        from airflow_provider_dltrain.utils.context import storage_options_for
 
-        return DeltaTableHook(aws_conn_id=self.aws_conn_id).get_storage_options(uri)
+        return storage_options_for(self.aws_conn_id, uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException

@@ -36,3 +36,12 @@ def commit_metadata_from(context: Any) -> dict[str, str]:
         try_number=info["try_number"],
         logical_date=info["logical_date"],
     )
+
+
+def storage_options_for(aws_conn_id: str | None, table_uri: str) -> dict[str, str] | None:
+    """delta-rs storage options for ``table_uri`` from an ``aws`` connection; ``None`` without one."""
+    if not aws_conn_id:
+        return None
+    from airflow_provider_dltrain.hooks.delta import DeltaTableHook
+
+    return DeltaTableHook(aws_conn_id=aws_conn_id).get_storage_options(table_uri)
