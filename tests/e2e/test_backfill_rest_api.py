@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import date, timedelta
 
 import pytest
@@ -30,8 +31,16 @@ def _backfill(api, dag_id, dates, conf=None, reprocess="none"):
         "max_active_runs": 1,
         "dag_run_conf": conf or {},
     }
-    created = api.call("POST", "/api/v2/backfills", body)
-    return created["id"]
+    # On SQLite the api-server refuses with 503 while the scheduler holds the DB lock; a user would
+    # press the button again, so retry a few times.
+    for attempt in range(10):
+        try:
+            return api.call("POST", "/api/v2/backfills", body)["id"]
+        except AssertionError as err:
+            if "-> 503" not in str(err) or attempt == 9:
+                raise
+            time.sleep(3)
+    raise AssertionError("unreachable")
 
 
 def _partition_rows(uri, ds):
