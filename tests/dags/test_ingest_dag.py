@@ -38,4 +38,27 @@ def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_chang
     again = run_dag_for_date("dltrain_ingest", "2026-11-24", demo_home)
     assert again.ok, again.tail
     assert sorted(map(str, lake.open_table(uri).to_pyarrow_table().to_pylist())) == rows
-    assert "Asset" in again.tail or lake.latest(uri).version == table.version() + 1
+    events = _asset_events(demo_home)
+    assert [e for n, e in events if n == "dltrain_digits"] == [
+        {"version": v, "partition": {"ds": "2026-11-24"}, "uri": uri} for v in (0, 1)
+    ]
+
+
+def _asset_events(env):
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from sqlalchemy import select\n"
+        "from airflow.models.asset import AssetEvent, AssetModel\n"
+        "from airflow.utils.session import create_session\n"
+        "with create_session() as s:\n"
+        "    q = select(AssetModel.name, AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)\n"
+        "    print(json.dumps([[n, e] for n, e in s.execute(q).all()]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])

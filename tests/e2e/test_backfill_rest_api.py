@@ -89,7 +89,9 @@ def test_backfill_created_through_the_rest_api_runs_and_reproduces(tmp_path, mon
         runs = wait_for_backfill(api, again, "dltrain_retrain", len(DATES), timeout=600)
         assert {r["state"] for r in runs} == {"success"}, runs
         (middle,) = [r for r in runs if r["data_interval_start"][:10] == DATES[1]]
-        train = api.call("GET", f"/api/v2/dags/dltrain_retrain/dagRuns/{middle['dag_run_id']}/taskInstances/train")
+        train = api.call(
+            "GET", f"/api/v2/dags/dltrain_retrain/dagRuns/{middle['dag_run_id']}/taskInstances/train"
+        )
         assert train["state"] == "skipped"  # it really ran again, and found nothing to retrain
         assert {ds: _partition_rows(predictions, ds) for ds in DATES} == first
         assert sorted(int(v.version) for v in client.search_model_versions(f"name='{MODEL}'")) == versions

@@ -91,8 +91,13 @@ class Demo:
 def demo(tmp_path_factory):
     old = os.environ.get("DLTRAIN_HOME")
     d = Demo(tmp_path_factory.mktemp("nightly") / "home")
-    d.run([(dag, ds, {"hparams": FAST} if dag == "dltrain_retrain" else None)
-           for ds in DATES for dag in ("dltrain_ingest", "dltrain_retrain")])
+    d.run(
+        [
+            (dag, ds, {"hparams": FAST} if dag == "dltrain_retrain" else None)
+            for ds in DATES
+            for dag in ("dltrain_ingest", "dltrain_retrain")
+        ]
+    )
     d.nightly = {
         "rows": {ds: _rows(d.predictions, ds) for ds in DATES},
         "files": _files_by_partition(d.predictions),
@@ -119,7 +124,8 @@ def test_backfill_of_d3_reproduces_the_nightly_answer_and_trains_nothing(demo):
     (outcome,) = demo.run([("dltrain_retrain", D3, {"hparams": FAST})])
     state = demo.outcome("dltrain_retrain", D3)
     assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
-    assert "unchanged" in open(outcome.log_path).read()
+    with open(outcome.log_path) as log:
+        assert "unchanged" in log.read()
     assert _rows(demo.predictions, D3) == demo.nightly["rows"][D3]
     files = _files_by_partition(demo.predictions)
     assert {ds: f for ds, f in files.items() if ds != D3} == {
@@ -157,7 +163,10 @@ def test_changing_a_hyper_parameter_retrains(demo):
 def test_lineage_command_traces_predictions_back_to_the_ingest_commit(demo):
     out = subprocess.run(
         [sys.executable, "-m", "airflow_provider_dltrain", "lineage", demo.predictions, "--version", "2"],
-        capture_output=True, text=True, check=True, env={**os.environ, "DLTRAIN_HOME": demo.paths.home()},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "DLTRAIN_HOME": demo.paths.home()},
     ).stdout
     champion = demo.nightly["champions"][D3]
     assert f"model {MODEL} version {champion}" in out

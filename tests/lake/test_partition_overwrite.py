@@ -114,7 +114,11 @@ def _files_racer(uri, ds, barrier, n, tag):
     os.makedirs(os.path.join(uri, f"ds={ds}"), exist_ok=True)
     pq.write_table(pa.table({"x": list(range(n))}), os.path.join(uri, rel))
     written = lake.WrittenFile(
-        rel, os.path.getsize(os.path.join(uri, rel)), n, json.dumps({"numRecords": n}), int(time.time() * 1000)
+        rel,
+        os.path.getsize(os.path.join(uri, rel)),
+        n,
+        json.dumps({"numRecords": n}),
+        int(time.time() * 1000),
     )
     barrier.wait()
     try:
