@@ -10,7 +10,7 @@ delta-rs, which is always correct.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
@@ -102,29 +102,6 @@ class DeltaLog:
         return DeltaRef(self.uri, version, millis_to_iso(info.get("timestamp")))
 
     # -- partitions ---------------------------------------------------------------------------
-    def partitions(self, version: int) -> set[tuple[tuple[str, str | None], ...]] | None:
-        """Partition value tuples with at least one active file at ``version``.
-
-        Returns ``None`` when the fast path cannot answer (the caller falls back to delta-rs).
-        """
-        checkpoint = self.last_checkpoint()
-        start = 0
-        active: dict[str, tuple[tuple[str, str | None], ...]] = {}
-        if checkpoint and int(checkpoint["version"]) <= version:
-            loaded = self._checkpoint_adds(checkpoint)
-            if loaded is None:
-                return None
-            active = loaded
-            start = int(checkpoint["version"]) + 1
-        for v in range(start, version + 1):
-            for action in self.commit_actions(v):
-                if "add" in action:
-                    add = action["add"]
-                    active[add["path"]] = _pv_key(add.get("partitionValues"))
-                elif "remove" in action:
-                    active.pop(action["remove"]["path"], None)
-        return set(active.values())
-
     def has_partition(self, version: int, wanted: Sequence[tuple[str, str]]) -> bool | None:
         """Whether ``version`` has a live file whose partition values include every ``wanted`` pair.
 
@@ -199,26 +176,6 @@ class DeltaLog:
             return [f"{version:020d}.checkpoint.{i:010d}.{total:010d}.parquet" for i in range(1, total + 1)]
         return [f"{version:020d}.checkpoint.parquet"]
 
-    def _checkpoint_adds(
-        self, checkpoint: dict[str, Any]
-    ) -> dict[str, tuple[tuple[str, str | None], ...]] | None:
-        import pyarrow.parquet as pq
-
-        names = self._checkpoint_names(checkpoint)
-        if names is None:
-            return None
-        active: dict[str, tuple[tuple[str, str | None], ...]] = {}
-        for name in names:
-            path = join(self._log, name)
-            if not self._exists(path):
-                return None
-            with self._fs.open_input_file(path) as handle:
-                table = pq.read_table(handle, columns=["add"])
-            for add in table.column("add").to_pylist():
-                if add is not None and add.get("path"):
-                    active[add["path"]] = _pv_key(add.get("partitionValues"))
-        return active
-
 
 _VALUE_LEAF = "add.partitionValues.key_value.value"
 
@@ -267,16 +224,3 @@ def _paths_in_partition(adds: Any, wanted: Sequence[tuple[str, str]]) -> list[st
 def _matches(values: Any, wanted: Sequence[tuple[str, str]]) -> bool:
     values = values or {}
     return all(values.get(column) == value for column, value in wanted)
-
-
-def _pv_key(values: Any) -> tuple[tuple[str, str | None], ...]:
-    if not values:
-        return ()
-    items = values.items() if isinstance(values, dict) else values  # checkpoint maps are lists of pairs
-    return tuple(sorted((str(k), None if v is None else str(v)) for k, v in items))
-
-
-def iter_history(log: DeltaLog, start: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(version, commitInfo)`` for versions in ``[start, stop]``."""
-    for v in range(start, stop + 1):
-        yield v, log.commit_info(v)
