@@ -108,8 +108,18 @@ class _FileSink:
 
 
 def _json_value(value: Any) -> Any:
+    import datetime as dt
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # not valid JSON, and a useless bound for data skipping
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, dt.datetime):  # Delta stats: ISO-8601 in UTC with a Z suffix
+        value = value.astimezone(dt.timezone.utc) if value.tzinfo else value
+        return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
     return str(value)
 
 
@@ -132,6 +142,8 @@ def delta_stats(meta: Any, schema: Any) -> str:
             nulls[name] = nulls.get(name, 0) + int(st.null_count or 0)
             if st.has_min_max:
                 lo, hi = _json_value(st.min), _json_value(st.max)
+                if lo is None or hi is None:
+                    continue
                 mins[name] = lo if name not in mins else min(mins[name], lo)
                 maxs[name] = hi if name not in maxs else max(maxs[name], hi)
     return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})

@@ -65,7 +65,7 @@ def _data_schema(df: Any, partition_by: Sequence[str]) -> Any:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(df.schema)
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # Spark timestamps are UTC instants
     # Nullable like every Spark-written Delta column, so a later run whose DataFrame Spark happens to
     # infer as nullable is not refused.
     keep = [f.with_nullable(True) for f in schema if f.name not in set(partition_by) | {ERROR_COLUMN}]
@@ -104,6 +104,7 @@ def write_dataframe(
     storage_options: StorageOptions | None = None,
     quarantine_uri: str | None = None,
     max_bad_fraction: float = 0.0,
+    allow_empty: bool = False,
     use_delta_spark: bool = False,
 ) -> WriteResult:
     """Replace ``partition`` of ``table_uri`` with ``df`` (bad rows to quarantine) in one commit each.
@@ -111,6 +112,8 @@ def write_dataframe(
     :param df: Spark DataFrame; a non-null ``_error`` string marks a row as bad.
     :param partition: e.g. ``{"ds": "2026-11-28"}``; validated, never empty.
     :param max_bad_fraction: above this share of bad rows nothing is committed to either table.
+    :param allow_empty: commit a write with no rows at all (emptying the partition); refused by default,
+        since an input glob that matched nothing would otherwise silently erase the partition.
     :raises SchemaMismatchError: before anything is written, naming the conflicting columns.
     :raises BadDataError: too many bad rows; the files written are removed, nothing is committed.
     """
@@ -144,6 +147,7 @@ def write_dataframe(
         data_schema,
         table_schema,
         schema_mode,
+        allow_empty,
     )
 
 
@@ -159,6 +163,7 @@ def _write_with_delta_rs(
     data_schema: Any,
     table_schema: Any,
     schema_mode: SchemaMode,
+    allow_empty: bool = False,
 ) -> WriteResult:
     write_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:10]}"
     rel_dir = part.path_of(spec, columns)
@@ -200,6 +205,11 @@ def _write_with_delta_rs(
         rel_dir,
         time.monotonic() - started,
     )
+    if total == 0 and not allow_empty:
+        raise BadDataError(
+            f"the transform produced no rows for {rel_dir} of {table_uri}; nothing was committed. Check "
+            "that the inputs exist and match, or pass allow_empty=True to empty the partition on purpose."
+        )
     if total and n_bad / total > max_bad_fraction:
         _delete_files(table_uri, good, storage_options)
         _delete_files(quarantine_uri, bad, storage_options)

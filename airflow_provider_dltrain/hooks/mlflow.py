@@ -81,7 +81,16 @@ class MlflowHook(BaseHook):
 
         try:
             conn = self.get_connection(self.mlflow_conn_id)
-        except AirflowNotFoundException:
+        except AirflowNotFoundException as err:
+            if self.mlflow_conn_id != self.default_conn_name:
+                # a named connection that does not exist is a typo, not a wish for a local store:
+                # silently writing elsewhere would split registrations and champion history
+                from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+                raise InvalidSpecError(
+                    f"MLflow connection {self.mlflow_conn_id!r} is not defined: create it (conn type 'mlflow') "
+                    f"or use {self.default_conn_name!r}, which falls back to the embedded store"
+                ) from err
             config = TrackingConfig()
             self.log.info(
                 "Connection %r is not defined; using the embedded MLflow store %s.",

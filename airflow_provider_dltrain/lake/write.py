@@ -173,8 +173,22 @@ def overwrite_partition(
             raise CommitConflictError(
                 f"concurrent write to {spec} of {uri}; nothing was committed: {err}"
             ) from err
-    log = DeltaLog(uri, storage_options)
-    return log.ref(log.latest_version() or 0)
+        return _own_commit(uri, spec, storage_options)
+
+
+def _own_commit(uri: str, spec: dict[str, str], storage_options: StorageOptions | None) -> DeltaRef:
+    """The version this write committed: the newest commit touching ``spec`` while we hold its lock.
+
+    Not simply the newest version: writers of other partitions may have committed since.
+    """
+    from airflow_provider_dltrain.exceptions import TableNotFoundError
+    from airflow_provider_dltrain.lake.history import partition_commit
+
+    try:
+        return partition_commit(uri, spec, storage_options=storage_options)
+    except TableNotFoundError:  # an empty write into a partition that never had files
+        log = DeltaLog(uri, storage_options)
+        return log.ref(log.latest_version() or 0)
 
 
 @dataclass(frozen=True)
@@ -248,10 +262,10 @@ def commit_files(
             table.create_write_transaction(
                 actions,
                 mode="overwrite",
-                schema=table.schema() if added else delta_schema,
+                # the table's own schema: column order or nullability in the data must never rewrite it
+                schema=table.schema(),
                 partition_by=columns,
                 partition_filters=part.filters(spec),
                 commit_properties=props,
             )
-    log = DeltaLog(uri, storage_options)
-    return log.ref(log.latest_version() or 0)
+        return _own_commit(uri, spec, storage_options)

@@ -25,6 +25,7 @@ class DeltaWriteOptions:
     :param max_bad_fraction: share of rows marked ``_error`` above which nothing is committed.
     :param quarantine_uri: table for bad rows (default: ``<table_uri>_quarantine``).
     :param num_files: coalesce the output to this many files per write (default: Spark's partitioning).
+    :param allow_empty: commit a write with no rows (empties the partition); refused by default.
     """
 
     partition_by: tuple[str, ...] | None = None
@@ -32,6 +33,7 @@ class DeltaWriteOptions:
     max_bad_fraction: float = 0.0
     quarantine_uri: str | None = None
     num_files: int | None = None
+    allow_empty: bool = False
 
 
 class SparkToDeltaOperator(BaseOperator):
@@ -45,15 +47,22 @@ class SparkToDeltaOperator(BaseOperator):
     :param partition: the partition to replace, e.g. ``{"ds": "{{ data_interval_start | ds }}"}`` (templated).
     :param transform: a callable or ``"package.module:function"``.
     :param inputs: name → ``{"path", "format", "options"}`` raw files or a ``DeltaRef`` dict (templated).
-    :param params: passed to the transform as its third argument (templated).
+    :param transform_params: passed to the transform as its third argument (templated). Not named
+        ``params``: that name belongs to Airflow's DAG/task Params, which Airflow merges and never renders.
     :param engine: where Spark runs; ``"local"`` (embedded ``local[*]`` session).
     :param write: a :class:`DeltaWriteOptions` (or its dict).
     :param aws_conn_id: Airflow ``aws`` connection for ``s3://`` tables (ignored for local paths).
     :param spark_conf: extra Spark settings for the session.
     """
 
-    template_fields: Sequence[str] = ("table_uri", "partition", "inputs", "params_", "write_options_")
-    template_fields_renderers = {"partition": "json", "inputs": "json", "params_": "json"}
+    template_fields: Sequence[str] = (
+        "table_uri",
+        "partition",
+        "inputs",
+        "transform_params",
+        "write_options_",
+    )
+    template_fields_renderers = {"partition": "json", "inputs": "json", "transform_params": "json"}
     ui_color = "#e5f2ff"
 
     def __init__(
@@ -63,7 +72,7 @@ class SparkToDeltaOperator(BaseOperator):
         partition: dict[str, str],
         transform: Callable[..., Any] | str,
         inputs: dict[str, Any] | None = None,
-        params: dict[str, Any] | None = None,
+        transform_params: dict[str, Any] | None = None,
         engine: str = "local",
         write: DeltaWriteOptions | dict[str, Any] | None = None,
         aws_conn_id: str | None = None,
@@ -77,7 +86,7 @@ class SparkToDeltaOperator(BaseOperator):
         self.partition = partition
         self.transform = transform
         self.inputs = inputs or {}
-        self.params_ = params or {}
+        self.transform_params = transform_params or {}
         self.engine = engine
         self.write_options_ = write if isinstance(write, dict) else (write.__dict__ if write else {})
         self.aws_conn_id = aws_conn_id
@@ -98,7 +107,7 @@ class SparkToDeltaOperator(BaseOperator):
             spark = spark_session(conf=self.spark_conf)
             self.log.info("reading inputs %s", sorted(self.inputs))
             frames = read_inputs(spark, self.inputs, storage)
-            df = run_transform(spark, self.transform, frames, self.params_)
+            df = run_transform(spark, self.transform, frames, self.transform_params)
             if options.num_files:
                 df = df.coalesce(int(options.num_files))
             result = write_dataframe(
@@ -111,6 +120,7 @@ class SparkToDeltaOperator(BaseOperator):
                 storage_options=storage,
                 quarantine_uri=options.quarantine_uri,
                 max_bad_fraction=options.max_bad_fraction,
+                allow_empty=options.allow_empty,
             )
         self.log.info(
             "committed %s version %d: %d row(s) written, %d quarantined%s",

@@ -21,19 +21,19 @@ def evaluate_gate(
 ) -> GateDecision:
     """Pass or refuse ``candidate_value`` against the champion's value under ``gate``; say why.
 
+    - a non-finite candidate value: refuse (even with no champion);
     - no champion (``champion_version`` and ``champion_value`` both None): pass;
-    - a non-finite candidate value: refuse;
     - a champion without the metric: refuse (comparing is impossible; the reason says what to do);
     - otherwise pass iff the improvement (``champion - candidate`` for ``min``, the reverse for
       ``max``) is positive and at least ``min_delta``. A tie never passes.
     """
     metric, cand = gate.metric, float(candidate_value)
     label = f"champion v{champion_version}" if champion_version is not None else "the champion"
-    if champion_version is None and champion_value is None:
-        return GateDecision(True, f"no champion to compare with; {metric}={cand:.6g}", cand, None, None)
-    if not math.isfinite(cand):
+    if not math.isfinite(cand):  # first, so a diverged first model never becomes champion
         reason = f"candidate {metric}={cand} is not a finite number"
         return _refuse(reason, cand, champion_value, champion_version)
+    if champion_version is None and champion_value is None:
+        return GateDecision(True, f"no champion to compare with; {metric}={cand:.6g}", cand, None, None)
     if champion_value is None:
         reason = (
             f"{label} has no {metric!r} recorded, so the candidate cannot be compared; log {metric!r} "

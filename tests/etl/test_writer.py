@@ -133,3 +133,35 @@ def test_files_written_by_spark_are_a_valid_delta_table_for_any_reader(spark, la
     assert sum(a["num_records"] for a in adds) == 60
     assert table.to_pyarrow_dataset().count_rows() == 60
     assert date.fromisoformat(DS)
+
+
+def test_a_write_with_no_rows_is_refused_unless_asked_for_and_then_empties_the_partition(
+    spark, landing, tmp_path
+):
+    uri = str(tmp_path / "digits")
+    write_dataframe(_digits(spark, landing), uri, {"ds": DS}, max_bad_fraction=0.1)
+    empty = _digits(spark, landing).limit(0)
+    with pytest.raises(BadDataError, match="no rows"):
+        write_dataframe(empty, uri, {"ds": DS})
+    assert lake.open_table(uri).to_pyarrow_table().num_rows == 60
+    write_dataframe(empty, uri, {"ds": DS}, allow_empty=True)
+    assert lake.open_table(uri).to_pyarrow_table().num_rows == 0
+
+
+def test_file_stats_are_valid_delta_stats_for_timestamps_and_non_finite_floats(spark, tmp_path):
+    import json
+
+    from pyspark.sql import functions as F
+
+    uri = str(tmp_path / "t")
+    df = spark.range(3).select(
+        F.col("id"),
+        F.to_timestamp(F.lit("2026-11-28 10:00:00")).alias("at"),
+        F.when(F.col("id") == 0, F.lit(float("inf"))).otherwise(F.lit(1.5)).alias("score"),
+    )
+    write_dataframe(df.coalesce(1), uri, {"ds": DS})
+    log = lake.DeltaLog(uri)
+    (stats,) = [json.loads(a["add"]["stats"]) for a in log.commit_actions(0) if "add" in a]
+    assert stats["minValues"]["at"] == "2026-11-28T10:00:00.000Z"
+    assert "score" not in stats["minValues"]
+    assert lake.open_table(uri).to_pyarrow_table().num_rows == 3

@@ -19,3 +19,12 @@ def test_partition_commit_pins_the_version_that_last_wrote_the_partition(tmp_pat
     assert partition_commit(uri, {"ds": "2026-11-03"}).version == 2
     with pytest.raises(TableNotFoundError, match="2026-11-09"):
         partition_commit(uri, {"ds": "2026-11-09"})
+
+
+def test_a_write_reports_its_own_commit_even_when_another_partition_committed_after_it(tmp_path):
+    from airflow_provider_dltrain.lake.write import _own_commit
+
+    uri = str(tmp_path / "t")
+    mine = lake.overwrite_partition(uri, pa.table({"x": [1]}), {"ds": "2026-11-01"})
+    lake.overwrite_partition(uri, pa.table({"x": [2]}), {"ds": "2026-11-02"})  # another run, later
+    assert _own_commit(uri, {"ds": "2026-11-01"}, None).version == mine.version == 0

@@ -74,10 +74,17 @@ def test_a_missing_connection_falls_back_to_the_embedded_store_with_an_info_line
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("DLTRAIN_HOME", str(tmp_path / "home"))
     with caplog.at_level(logging.INFO):
-        config = MlflowHook(mlflow_conn_id="does_not_exist").get_tracking_config()
+        config = MlflowHook().get_tracking_config()
     assert config.tracking_uri == f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}"
     logged = caplog.text + capsys.readouterr().out  # Airflow's structlog writes to stdout
-    assert "'does_not_exist' is not defined; using the embedded MLflow store" in logged
+    assert "'mlflow_default' is not defined; using the embedded MLflow store" in logged
+
+
+def test_a_named_connection_that_does_not_exist_is_an_error_not_a_silent_local_store(monkeypatch):
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    with pytest.raises(InvalidSpecError, match="'mlflow_prod' is not defined"):
+        MlflowHook(mlflow_conn_id="mlflow_prod").get_tracking_config()
 
 
 def test_the_test_button_succeeds_on_a_good_store(monkeypatch, mlflow_uri):

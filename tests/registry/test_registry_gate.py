@@ -76,3 +76,8 @@ def test_a_malformed_gate_names_the_bad_field(kwargs, names):
 
 def test_min_delta_given_as_template_text_is_parsed():
     assert GateSpec(metric="m", min_delta="0.05").min_delta == 0.05
+
+
+def test_a_diverged_first_model_never_becomes_champion():
+    decision = evaluate_gate(GateSpec(metric="val_accuracy", mode="max"), math.nan, None, None)
+    assert not decision.passed and "not a finite number" in decision.reason
