@@ -133,7 +133,7 @@ def write_dataframe(
     )
     if use_delta_spark:
         return _write_with_delta_spark(
-            df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata
+            df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata, storage_options
         )
     return _write_with_delta_rs(
         df,
@@ -258,15 +258,25 @@ def _write_with_delta_spark(
     quarantine_uri: str,
     max_bad_fraction: float,
     metadata: Mapping[str, str] | None,
+    storage_options: StorageOptions | None = None,
 ) -> WriteResult:
     """The same contract through the Delta Spark writer (``replaceWhere``), for clusters with the jars."""
+    import json
+
     from pyspark.sql import functions as F
 
-    from airflow_provider_dltrain.lake.log import DeltaLog
+    from airflow_provider_dltrain.lake.write import _own_commit
 
     df = df.cache()
     try:
         for col, val in spec.items():
+            if col in df.columns:
+                wrong = df.filter(F.col(col).isNull() | (F.col(col).cast("string") != F.lit(val))).count()
+                if wrong:
+                    raise InvalidSpecError(
+                        f"{wrong} row(s) have {col} != {val!r}; a write of {spec} may only contain that "
+                        "partition. Nothing was committed."
+                    )
             df = df.withColumn(col, F.lit(val))
         has_error = ERROR_COLUMN in df.columns
         bad_df = df.filter(F.col(ERROR_COLUMN).isNotNull()) if has_error else df.limit(0)
@@ -278,12 +288,12 @@ def _write_with_delta_spark(
                 f"{n_bad} of {total} row(s) of {spec} were rejected, above max_bad_fraction="
                 f"{max_bad_fraction:.1%}; nothing was committed"
             )
-        where = part.predicate(spec)
-        options = {"replaceWhere": where, **{f"userMetadata.{k}": v for k, v in (metadata or {}).items()}}
-        if n_bad:
-            reason = F.col(ERROR_COLUMN)
+        options = {"replaceWhere": part.predicate(spec), "userMetadata": json.dumps(dict(metadata or {}))}
+        if n_bad or table_arrow_schema(quarantine_uri, storage_options) is not None:
+            # overwrite even with no bad rows: a re-run with fixed inputs must clear the old ones
             source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
             record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *columns)]))
+            reason = F.col(ERROR_COLUMN) if has_error else F.lit(None).cast("string")
             (
                 bad_df.select(
                     source.alias("source_file"), reason.alias("reason"), record.alias("record"), *columns
@@ -294,10 +304,8 @@ def _write_with_delta_spark(
                 .partitionBy(*columns)
                 .save(quarantine_uri)
             )
-        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns).save(
-            table_uri
-        )
+        writer = good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns)
+        writer.save(table_uri)
     finally:
         df.unpersist()
-    log_ = DeltaLog(table_uri)
-    return WriteResult(log_.ref(log_.latest_version() or 0), n_good, n_bad, 0)
+    return WriteResult(_own_commit(table_uri, spec, storage_options), n_good, n_bad, 0)

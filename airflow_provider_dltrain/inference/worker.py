@@ -126,6 +126,25 @@ def predict(model: Any, x: Any, task: str) -> dict[str, Any]:
     return {"prediction": label.long().numpy(), "score": score.double().numpy()}
 
 
+_SHAPE_WORDS = (
+    "shape",
+    "size mismatch",
+    "must match",
+    "dimension",
+    "expected input",
+    "cannot be multiplied",
+    "mat1",
+)
+
+
+def _is_shape_error(err: BaseException) -> bool:
+    """Whether a model's exception says its input had the wrong shape (deterministic: no retry)."""
+    if isinstance(err, (AssertionError, IndexError, TypeError, ValueError)):
+        return True
+    text = str(err).lower()
+    return "out of memory" not in text and any(word in text for word in _SHAPE_WORDS)
+
+
 def predict_batches(batches: Iterator[Any], cfg: WorkerConfig) -> Iterator[Any]:
     """The scoring loop of one Spark task: load (or reuse) the model once, then one call per batch."""
     import pandas as pd
@@ -139,6 +158,8 @@ def predict_batches(batches: Iterator[Any], cfg: WorkerConfig) -> Iterator[Any]:
         try:
             result = predict(model, x, cfg.task)
         except (AssertionError, IndexError, RuntimeError, TypeError, ValueError) as err:  # shape guards
+            if not _is_shape_error(err):
+                raise  # out of memory, a lost device...: transient, let Airflow's retries apply
             raise SchemaMismatchError(
                 f"{WORKER_ERROR_MARK} model {cfg.model_uri} rejected input of shape {x.shape} built from "
                 f"{list(cfg.feature_columns)}: {err}"

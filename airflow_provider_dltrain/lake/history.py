@@ -42,7 +42,13 @@ def partition_commit(
         try:
             actions = log.commit_actions(version)
         except TableNotFoundError:
-            break  # older commits were cleaned up after a checkpoint
+            # older commits were removed by log retention after a checkpoint
+            raise TableNotFoundError(
+                f"partition {wanted} of {uri} was last written before version {version + 1}, the oldest "
+                "commit still in the log (older ones were removed by the table's log retention, "
+                "delta.logRetentionDuration). Re-run the ingest of that partition to pin it again, and keep "
+                "the log as long as backfills must reproduce history."
+            ) from None
         if any(_touches(a, wanted) for a in actions):
             return log.ref(version)
     raise TableNotFoundError(

@@ -66,6 +66,12 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             raise ValueError(f"pin must be one of {PINS}, got {pin!r}")
         if pin == "partition_commit" and not partition:
             raise ValueError("pin='partition_commit' needs a partition condition")
+        if pin == "partition_commit" and (min_version is not None or newer_than is not None):
+            # the pinned version is the partition's last write, which may be older than the floor
+            raise ValueError(
+                "pin='partition_commit' cannot be combined with min_version or newer_than: the version "
+                "that last wrote the partition may be older than them; use pin='newest' for those"
+            )
         poke_interval = kwargs.pop("poke_interval", poll_interval)
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table_uri = table_uri

@@ -28,3 +28,16 @@ def test_a_write_reports_its_own_commit_even_when_another_partition_committed_af
     mine = lake.overwrite_partition(uri, pa.table({"x": [1]}), {"ds": "2026-11-01"})
     lake.overwrite_partition(uri, pa.table({"x": [2]}), {"ds": "2026-11-02"})  # another run, later
     assert _own_commit(uri, {"ds": "2026-11-01"}, None).version == mine.version == 0
+
+
+def test_pinning_a_partition_older_than_the_retained_log_says_why_and_what_to_do(tmp_path):
+    import os
+
+    uri = str(tmp_path / "t")
+    lake.overwrite_partition(uri, pa.table({"x": [1]}), {"ds": "2026-11-01"})
+    lake.overwrite_partition(uri, pa.table({"x": [2]}), {"ds": "2026-11-02"})
+    lake.open_table(uri).create_checkpoint()
+    os.remove(os.path.join(uri, "_delta_log", f"{0:020d}.json"))  # what log retention does
+    with pytest.raises(TableNotFoundError, match="log retention"):
+        partition_commit(uri, {"ds": "2026-11-01"})
+    assert partition_commit(uri, {"ds": "2026-11-02"}).version == 1

@@ -248,3 +248,8 @@ def test_pin_partition_commit_hands_on_the_version_that_last_wrote_the_partition
 def test_pin_partition_commit_without_a_partition_is_refused_at_parse_time():
     with pytest.raises(ValueError, match="partition"):
         sensor(table_uri="/tmp/x", pin="partition_commit")
+
+
+def test_pin_partition_commit_with_a_version_floor_is_refused_at_parse_time():
+    with pytest.raises(ValueError, match="cannot be combined"):
+        sensor(table_uri="/tmp/x", partition={"ds": "2026-11-28"}, pin="partition_commit", min_version=3)
