@@ -113,3 +113,16 @@ def s3_bucket(moto_server):
 @pytest.fixture
 def mlflow_uri(tmp_path):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop any Spark session while logging still works (py4j logs from its finalizers otherwise)."""
+    import sys as _sys
+
+    if "pyspark" not in _sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
