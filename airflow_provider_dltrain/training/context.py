@@ -207,7 +207,8 @@ class TrainContext:
         import torch.distributed as dist
 
         keys = sorted(values)
-        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        # on the rank's device: NCCL only reduces CUDA tensors (gloo takes CPU ones)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
         reduce_op = {
             "sum": dist.ReduceOp.SUM,
             "mean": dist.ReduceOp.SUM,

@@ -171,6 +171,8 @@ def run_rank(payload: bytes) -> dict[str, Any]:
             import torch
 
             backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(local_rank)  # else every rank's NCCL communicator lands on cuda:0
             dist.init_process_group(backend=backend, timeout=timedelta(seconds=job.timeout_s))
         report = execute(job, rank, world_size, local_rank)
         if world_size > 1:
