@@ -131,115 +131,121 @@ def write_dataframe(
     check_schema(
         table_arrow_schema(table_uri, storage_options), table_schema, schema_mode=schema_mode, where=table_uri
     )
-    if use_delta_spark:
-        return _write_with_delta_spark(
-            df, table_uri, spec, columns, quarantine_uri, max_bad_fraction, metadata, storage_options
-        )
-    return _write_with_delta_rs(
-        df,
+    target = _Target(
         table_uri,
         spec,
         columns,
         quarantine_uri,
         max_bad_fraction,
-        metadata,
-        storage_options,
-        data_schema,
-        table_schema,
-        schema_mode,
         allow_empty,
+        dict(metadata or {}),
+        storage_options,
     )
+    if use_delta_spark:
+        return _write_with_delta_spark(df, target)
+    return _write_with_delta_rs(df, target, data_schema, table_schema, schema_mode)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where one write goes and what it accepts (validated by ``write_dataframe``)."""
+
+    table_uri: str
+    spec: dict[str, str]
+    columns: list[str]
+    quarantine_uri: str
+    max_bad_fraction: float
+    allow_empty: bool
+    metadata: dict[str, str]
+    storage_options: StorageOptions | None
+
+    @property
+    def rel_dir(self) -> str:
+        return part.path_of(self.spec, self.columns)
+
+    def refuse_bad_counts(self, n_good: int, n_bad: int, reasons: Mapping[str, int]) -> str | None:
+        """Why nothing may be committed (no rows, or too many bad ones), or None. Both engines use it."""
+        total = n_good + n_bad
+        if total == 0 and not self.allow_empty:
+            return (
+                f"the transform produced no rows for {self.rel_dir} of {self.table_uri}; nothing was committed. "
+                "Check that the inputs exist and match, or pass allow_empty=True to empty the partition on purpose."
+            )
+        if total and n_bad / total > self.max_bad_fraction:
+            top = ", ".join(f"{k!r} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:5])
+            return (
+                f"{n_bad} of {total} row(s) ({n_bad / total:.1%}) of {self.rel_dir} were rejected, above "
+                f"max_bad_fraction={self.max_bad_fraction:.1%}; nothing was committed to {self.table_uri} or "
+                f"{self.quarantine_uri}. Reasons: {top}. Fix the inputs or raise max_bad_fraction."
+            )
+        return None
 
 
 def _write_with_delta_rs(
-    df: Any,
-    table_uri: str,
-    spec: dict[str, str],
-    columns: list[str],
-    quarantine_uri: str,
-    max_bad_fraction: float,
-    metadata: Mapping[str, str] | None,
-    storage_options: StorageOptions | None,
-    data_schema: Any,
-    table_schema: Any,
-    schema_mode: SchemaMode,
-    allow_empty: bool = False,
+    df: Any, target: _Target, data_schema: Any, table_schema: Any, schema_mode: SchemaMode
 ) -> WriteResult:
+    t = target
     write_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:10]}"
-    rel_dir = part.path_of(spec, columns)
-    has_error = ERROR_COLUMN in df.columns
     fn = file_writer_fn(
-        table_uri=table_uri,
-        quarantine_uri=quarantine_uri,
-        rel_dir=rel_dir,
+        table_uri=t.table_uri,
+        quarantine_uri=t.quarantine_uri,
+        rel_dir=t.rel_dir,
         write_id=write_id,
         data_schema=data_schema,
-        partition=spec,
-        has_error_column=has_error,
-        storage_options=dict(storage_options or {}),
+        partition=t.spec,
+        has_error_column=ERROR_COLUMN in df.columns,
+        storage_options=dict(t.storage_options or {}),
     )
     started = time.monotonic()
-    with SparkProgress(df.sparkSession, f"writing {rel_dir} of {table_uri}"):
+    with SparkProgress(df.sparkSession, f"writing {t.rel_dir} of {t.table_uri}"):
         rows = df.mapInArrow(fn, result_schema()).collect()
     good = [_written(r) for r in rows if r["kind"] == "good"]
     bad = [_written(r) for r in rows if r["kind"] == "bad"]
     mismatched = sum(int(r["mismatched"]) for r in rows)
-    if mismatched:
-        _delete_files(table_uri, good, storage_options)
-        _delete_files(quarantine_uri, bad, storage_options)
-        raise InvalidSpecError(
-            f"{mismatched} row(s) have a partition column value other than {spec}; a write of {rel_dir} "
-            "may only contain that partition. Nothing was committed."
-        )
     reasons: dict[str, int] = {}
     for r in rows:
         for reason, count in (r["reasons"] or {}).items():
             reasons[reason] = reasons.get(reason, 0) + int(count)
     n_good, n_bad = sum(f.num_records for f in good), sum(f.num_records for f in bad)
-    total = n_good + n_bad
     log.info(
         "wrote %d good row(s) in %d file(s) and %d quarantined row(s) for %s in %.1fs",
         n_good,
         len(good),
         n_bad,
-        rel_dir,
+        t.rel_dir,
         time.monotonic() - started,
     )
-    if total == 0 and not allow_empty:
-        raise BadDataError(
-            f"the transform produced no rows for {rel_dir} of {table_uri}; nothing was committed. Check "
-            "that the inputs exist and match, or pass allow_empty=True to empty the partition on purpose."
-        )
-    if total and n_bad / total > max_bad_fraction:
-        _delete_files(table_uri, good, storage_options)
-        _delete_files(quarantine_uri, bad, storage_options)
-        top = ", ".join(f"{k!r} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:5])
-        raise BadDataError(
-            f"{n_bad} of {total} row(s) ({n_bad / total:.1%}) of {rel_dir} were rejected, above "
-            f"max_bad_fraction={max_bad_fraction:.1%}; nothing was committed to {table_uri} or "
-            f"{quarantine_uri}. Reasons: {top}. Fix the inputs or raise max_bad_fraction."
-        )
+    refusal = t.refuse_bad_counts(n_good, n_bad, reasons)
+    if mismatched or refusal:
+        _delete_files(t.table_uri, good, t.storage_options)
+        _delete_files(t.quarantine_uri, bad, t.storage_options)
+        if mismatched:
+            raise InvalidSpecError(
+                f"{mismatched} row(s) have a partition column value other than {t.spec}; a write of "
+                f"{t.rel_dir} may only contain that partition. Nothing was committed."
+            )
+        raise BadDataError(refusal)
     quarantine_ref = None
-    if bad or table_arrow_schema(quarantine_uri, storage_options) is not None:
+    if bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
         # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
         quarantine_ref = commit_files(
-            quarantine_uri,
+            t.quarantine_uri,
             bad,
-            _quarantine_table_schema(columns),
-            spec,
-            partition_by=columns,
-            metadata=metadata,
-            storage_options=storage_options,
+            _quarantine_table_schema(t.columns),
+            t.spec,
+            partition_by=t.columns,
+            metadata=t.metadata,
+            storage_options=t.storage_options,
         )
     ref = commit_files(
-        table_uri,
+        t.table_uri,
         good,
         table_schema,
-        spec,
-        partition_by=columns,
+        t.spec,
+        partition_by=t.columns,
         schema_mode=schema_mode,
-        metadata=metadata,
-        storage_options=storage_options,
+        metadata=t.metadata,
+        storage_options=t.storage_options,
     )
     return WriteResult(ref, n_good, n_bad, len(good), quarantine_ref, reasons)
 
@@ -250,16 +256,7 @@ def _written(row: Any) -> WrittenFile:
     )
 
 
-def _write_with_delta_spark(
-    df: Any,
-    table_uri: str,
-    spec: dict[str, str],
-    columns: list[str],
-    quarantine_uri: str,
-    max_bad_fraction: float,
-    metadata: Mapping[str, str] | None,
-    storage_options: StorageOptions | None = None,
-) -> WriteResult:
+def _write_with_delta_spark(df: Any, target: _Target) -> WriteResult:
     """The same contract through the Delta Spark writer (``replaceWhere``), for clusters with the jars."""
     import json
 
@@ -267,14 +264,15 @@ def _write_with_delta_spark(
 
     from airflow_provider_dltrain.lake.write import _own_commit
 
+    t = target
     df = df.cache()
     try:
-        for col, val in spec.items():
+        for col, val in t.spec.items():
             if col in df.columns:
                 wrong = df.filter(F.col(col).isNull() | (F.col(col).cast("string") != F.lit(val))).count()
                 if wrong:
                     raise InvalidSpecError(
-                        f"{wrong} row(s) have {col} != {val!r}; a write of {spec} may only contain that "
+                        f"{wrong} row(s) have {col} != {val!r}; a write of {t.spec} may only contain that "
                         "partition. Nothing was committed."
                     )
             df = df.withColumn(col, F.lit(val))
@@ -282,30 +280,28 @@ def _write_with_delta_spark(
         bad_df = df.filter(F.col(ERROR_COLUMN).isNotNull()) if has_error else df.limit(0)
         good_df = df.filter(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN) if has_error else df
         n_bad, n_good = bad_df.count(), good_df.count()
-        total = n_bad + n_good
-        if total and n_bad / total > max_bad_fraction:
-            raise BadDataError(
-                f"{n_bad} of {total} row(s) of {spec} were rejected, above max_bad_fraction="
-                f"{max_bad_fraction:.1%}; nothing was committed"
-            )
-        options = {"replaceWhere": part.predicate(spec), "userMetadata": json.dumps(dict(metadata or {}))}
-        if n_bad or table_arrow_schema(quarantine_uri, storage_options) is not None:
+        refusal = t.refuse_bad_counts(n_good, n_bad, {})
+        if refusal:
+            raise BadDataError(refusal)
+        options = {"replaceWhere": part.predicate(t.spec), "userMetadata": json.dumps(t.metadata)}
+        if n_bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
             # overwrite even with no bad rows: a re-run with fixed inputs must clear the old ones
             source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
-            record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *columns)]))
+            record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *t.columns)]))
             reason = F.col(ERROR_COLUMN) if has_error else F.lit(None).cast("string")
             (
                 bad_df.select(
-                    source.alias("source_file"), reason.alias("reason"), record.alias("record"), *columns
+                    source.alias("source_file"), reason.alias("reason"), record.alias("record"), *t.columns
                 )
                 .write.format("delta")
                 .mode("overwrite")
                 .options(**options)
-                .partitionBy(*columns)
-                .save(quarantine_uri)
+                .partitionBy(*t.columns)
+                .save(t.quarantine_uri)
             )
-        writer = good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*columns)
-        writer.save(table_uri)
+        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*t.columns).save(
+            t.table_uri
+        )
     finally:
         df.unpersist()
-    return WriteResult(_own_commit(table_uri, spec, storage_options), n_good, n_bad, 0)
+    return WriteResult(_own_commit(t.table_uri, t.spec, t.storage_options), n_good, n_bad, 0)
