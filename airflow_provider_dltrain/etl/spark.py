@@ -65,12 +65,3 @@ def spark_session(
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
         log.info("Spark session %s started in %.1fs", session.sparkContext.master, time.monotonic() - started)
         return session
-
-
-def delta_spark_available(spark: Any) -> bool:
-    """Whether the Delta Lake Spark jars are on this session's classpath (EMR, Glue, Databricks)."""
-    try:
-        spark._jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension")
-        return True
-    except Exception:
-        return False

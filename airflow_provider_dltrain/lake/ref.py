@@ -59,10 +59,6 @@ class DeltaRef:
             f"expected a DeltaRef, its dict or its JSON; got {type(value).__name__}: {value!r:.120}"
         )
 
-    @property
-    def commit_time(self) -> datetime | None:
-        return datetime.fromisoformat(self.timestamp) if self.timestamp else None
-
 
 def millis_to_iso(millis: int | None) -> str | None:
     if millis is None:

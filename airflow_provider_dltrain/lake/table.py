@@ -27,10 +27,6 @@ def open_table(uri: str, version: int | None = None, storage_options: StorageOpt
         raise
 
 
-def table_exists(uri: str, storage_options: StorageOptions | None = None) -> bool:
-    return DeltaLog(uri, storage_options).latest_version() is not None
-
-
 def latest(uri: str, storage_options: StorageOptions | None = None) -> DeltaRef:
     """The newest version of the table."""
     log = DeltaLog(uri, storage_options)
