@@ -33,9 +33,27 @@ def cmd_demo_run(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.champion import cli_tracking
     from airflow_provider_dltrain.lineage import print_lineage
 
-    return print_lineage(args.table_uri, args.version)
+    return print_lineage(args.table_uri, args.version, tracking=cli_tracking(args.tracking_uri))
+
+
+def cmd_champion(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.champion import champion_report, cli_tracking, format_champion
+
+    report = champion_report(cli_tracking(args.tracking_uri), args.model, args.as_of, args.alias)
+    print(format_champion(report))
+    return 0
+
+
+def _tracking_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store (default: the mlflow_default connection, else $MLFLOW_TRACKING_URI, "
+        "else $DLTRAIN_HOME/mlflow.db); never created by this command",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     lineage = sub.add_parser("lineage", help="print the lineage of a prediction table version")
     lineage.add_argument("table_uri")
     lineage.add_argument("--version", type=int, default=None)
+    _tracking_option(lineage)
     lineage.set_defaults(func=cmd_lineage)
+    champion = sub.add_parser(
+        "champion", help="champion history of a registered model, and the champion for a date"
+    )
+    champion.add_argument("model", help="registered model name")
+    champion.add_argument(
+        "--as-of", type=lambda t: _date(t).isoformat(), default=None, help="a data cut-off date"
+    )
+    champion.add_argument("--alias", default="champion")
+    _tracking_option(champion)
+    champion.set_defaults(func=cmd_champion)
     return parser
 
 
@@ -65,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "days", 1) < 1:
         print("--days must be at least 1", file=sys.stderr)
         return 2
-    return int(args.func(args))
+    from airflow_provider_dltrain.exceptions import DltrainUserError
+
+    try:
+        return int(args.func(args))
+    except DltrainUserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

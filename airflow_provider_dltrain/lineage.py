@@ -60,8 +60,54 @@ def _model(tracking: Any, name: str, version: str) -> dict[str, Any]:
         },
         "training_data": dataset,
         "data_cutoff": tags.get("dltrain.data_cutoff"),
+        "data_filter": json.loads(tags["dltrain.data_filter"]) if tags.get("dltrain.data_filter") else None,
         "data_fingerprint": tags.get("dltrain.data_fingerprint"),
     }
+
+
+def _training_partitions(
+    uri: str, version: int, data_filter: Any, storage_options: StorageOptions | None
+) -> list[dict[str, Any]]:
+    """Every partition the training data came from, with the commit that last wrote it (by whom, when).
+
+    A restated partition shows up here with the restatement's version and run, so lineage says
+    what changed since an earlier run.
+    """
+    from airflow_provider_dltrain.lake.history import partition_commits
+
+    keys = ("dag_id", "run_id", "task_id", "try_number", "logical_date")
+    return [
+        {**c, "committed_by": {k: c[k] for k in keys if c.get(k) is not None}}
+        for c in partition_commits(uri, version, storage_options=storage_options)
+        if _selected(c.get("partition") or {}, data_filter)
+    ]
+
+
+_COMPARE = {
+    "=": lambda a, b: a == b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "in": lambda a, b: a in [str(v) for v in b],
+    "not in": lambda a, b: a not in [str(v) for v in b],
+}
+
+
+def _selected(partition: dict[str, Any], data_filter: Any) -> bool:
+    """Whether a partition can hold rows of the (DNF) training filter; only partition columns decide."""
+    if not data_filter:
+        return True
+    for conj in data_filter:
+        if all(
+            column not in partition
+            or _COMPARE[op](str(partition[column]), value if op.endswith("in") else str(value))
+            for column, op, value in conj
+        ):
+            return True
+    return False
 
 
 def lineage(
@@ -88,6 +134,9 @@ def lineage(
         data = model.get("training_data")
         if data and data.get("uri") is not None:
             chain["training_commit"] = _commit(data["uri"], int(data["version"]), storage_options)
+            chain["training_partitions"] = _training_partitions(
+                data["uri"], int(data["version"]), model.get("data_filter"), storage_options
+            )
     if info.get("dltrain.input_uri") and info.get("dltrain.input_version") is not None:
         chain["scored_input_commit"] = _commit(
             info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options
@@ -125,6 +174,9 @@ def format_lineage(chain: dict[str, Any]) -> str:
             lines.append(
                 f"           <- ingest commit version {chain['training_commit']['version']} by {_who(chain['training_commit'])}"
             )
+        for c in chain.get("training_partitions") or []:
+            where = ", ".join(f"{k}={v}" for k, v in sorted((c.get("partition") or {}).items()))
+            lines.append(f"           <- {where}: version {c['version']} ({c.get('timestamp')}) by {_who(c)}")
     else:
         lines.append("  (this version names no model: it was not written by batch inference)")
     if chain.get("scored_input_commit"):
@@ -133,10 +185,10 @@ def format_lineage(chain: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_lineage(table_uri: str, version: int | None = None) -> int:
+def print_lineage(table_uri: str, version: int | None = None, tracking: Any = None) -> int:
     """CLI entry: print the chain; exit code 1 with a clear message when the table is missing."""
     try:
-        print(format_lineage(lineage(table_uri, version)))
+        print(format_lineage(lineage(table_uri, version, tracking=tracking)))
     except TableNotFoundError as err:
         print(f"error: {err}")
         return 1

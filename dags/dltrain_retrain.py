@@ -1,11 +1,14 @@
 """Nightly retraining that a backfill reproduces: data cut at D, pinned version, champion for D.
 
 For the run covering [D, D+1):
-1. wait until the ``digits`` table holds partition ``ds = D`` and pin the version that wrote it;
-2. skip training when data, training code and hyper-parameters are unchanged since the model that
-   is champion for D (the reason is logged); otherwise train with 2 DDP processes on ``ds <= D``;
-3. register the model behind the gate (``val_accuracy``, higher is better) — a backfill of an old
-   date never moves the live ``champion`` alias;
+1. wait until the ``digits`` table holds partition ``ds = D`` and pin the newest version that changed
+   any partition at or before D (later partitions never move it; a restated earlier one does);
+2. skip training when the content of ``ds <= D``, the training code and the hyper-parameters are
+   unchanged since the model that is champion for D (the reason is logged); otherwise train with
+   2 DDP processes on ``ds <= D``;
+3. register the model behind the gate: the champion for D and the new model are both scored on the
+   new model's validation rows (``val_accuracy``, higher is better) — a backfill of an old date
+   never moves the live ``champion`` alias;
 4. score D's images with the champion for D into the ``digit_predictions`` partition ``ds = D``;
 5. log and return the lineage of the predictions.
 
@@ -49,7 +52,7 @@ with DAG(
         task_id="wait_for_partition",
         table_uri=DIGITS,
         partition={"ds": DS},
-        pin="partition_commit",
+        pin="cutoff",
         aws_conn_id=None,
         poke_interval=60,
         timeout=6 * 3600,
@@ -75,6 +78,7 @@ with DAG(
         mode="max",
         min_delta=0.0,
         data_cutoff=DS,
+        evaluate_fn="airflow_provider_dltrain.demo.digits_model:evaluate_model",
     )
     scored = SparkBatchInferenceOperator(
         task_id="score",

@@ -9,6 +9,9 @@ task, or as 2-process DDP under TorchDistributor, e.g.::
 
     run_training("airflow_provider_dltrain.demo.digits_model:train", ref, {"epochs": 12},
                  backend="torch_distributor", backend_options={"num_processes": 2})
+
+``evaluate_model`` is the promotion gate's ``evaluate_fn``: it scores any registered version on the
+validation rows ``train`` holds out, so a challenger and its champion are judged on the same rows.
 """
 
 from __future__ import annotations
@@ -62,14 +65,30 @@ def evaluate(ctx: Any, model: nn.Module, loader: Any) -> dict[str, float]:
     return {"val_loss": totals["loss_sum"] / n, "val_accuracy": totals["correct"] / n}
 
 
-def train(ctx: Any) -> dict[str, float]:
-    """Train :class:`DigitsNet` with Adam; log loss and validation accuracy per epoch; log the model."""
-    hp = {**DEFAULTS, **ctx.hparams}
-    split = {
+def _split(hp: dict[str, Any]) -> dict[str, Any]:
+    """Loader options that split rows by their stable key, the same way in ``train`` and evaluation."""
+    return {
         "key": hp["split_key"],
         "validation_fraction": float(hp["validation_fraction"]),
         "columns": [FEATURES, LABEL],
     }
+
+
+def evaluate_model(ctx: Any, model: nn.Module) -> dict[str, float]:
+    """``val_loss`` and ``val_accuracy`` of a trained model on the validation split ``train`` holds out.
+
+    The gate's ``evaluate_fn``: ``ctx.hparams`` (the challenger's training hyper-parameters) choose
+    the split, and a row's split depends only on its key, so a champion trained with the same
+    ``split_key`` and ``validation_fraction`` never trained on these rows either.
+    """
+    hp = {**DEFAULTS, **ctx.hparams}
+    return evaluate(ctx, model, ctx.dataloader(256, split="validation", **_split(hp)))
+
+
+def train(ctx: Any) -> dict[str, float]:
+    """Train :class:`DigitsNet` with Adam; log loss and validation accuracy per epoch; log the model."""
+    hp = {**DEFAULTS, **ctx.hparams}
+    split = _split(hp)
     train_loader = ctx.dataloader(int(hp["batch_size"]), split="train", **split)
     val_loader = ctx.dataloader(256, split="validation", **split)
     model = ctx.wrap(DigitsNet())

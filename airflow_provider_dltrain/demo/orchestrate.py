@@ -30,6 +30,19 @@ def run_outcome(dag_id: str, ds: str, env: dict[str, str]) -> dict[str, Any]:
     return json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
 
 
+def describe_ingest(outcome: dict[str, Any], ds: str) -> str:
+    """What the ingest of ``ds`` did: the version it committed, or that the content was unchanged."""
+    written = (outcome.get("xcom") or {}).get("ingest_images") or {}
+    s = ingest_summary(ds)
+    if written and written.get("committed") is False:
+        return (
+            f"    digits partition ds={ds} unchanged: no commit (still version {written.get('version')}); "
+            f"{s['rows']} rows, {s['quarantined']} quarantined"
+        )
+    version = written.get("version", s["digits_version"])
+    return f"    digits version {version}: {s['rows']} rows written, {s['quarantined']} quarantined"
+
+
 def describe_retrain(outcome: dict[str, Any], ds: str) -> list[str]:
     tasks, xcom = outcome.get("tasks", {}), outcome.get("xcom", {})
     pinned = xcom.get("wait_for_partition") or {}
@@ -53,7 +66,8 @@ def describe_retrain(outcome: dict[str, Any], ds: str) -> list[str]:
             f"    model {reg.get('name')} version {reg.get('version')}: {verdict} — {reg.get('reason')}"
         )
         lines.append(f"    champion for {ds}: version {reg.get('champion_version')}")
-    version, rows = partition_rows(paths.table("digit_predictions"), ds)
+    newest, rows = partition_rows(paths.table("digit_predictions"), ds)
+    version = (xcom.get("score") or {}).get("version", newest)
     lines.append(f"    predictions: {rows} rows in digit_predictions version {version}")
     return lines
 
@@ -78,10 +92,7 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
         if not outcome.ok:
             print(outcome.tail)
         elif outcome.dag_id == "dltrain_ingest":
-            s = ingest_summary(outcome.ds)
-            print(
-                f"    digits version {s['digits_version']}: {s['rows']} rows written, {s['quarantined']} quarantined"
-            )
+            print(describe_ingest(run_outcome(outcome.dag_id, outcome.ds, env), outcome.ds))
         elif outcome.dag_id == "dltrain_retrain":
             print("\n".join(describe_retrain(run_outcome(outcome.dag_id, outcome.ds, env), outcome.ds)))
         sys.stdout.flush()

@@ -37,6 +37,34 @@ def _args(dag_id: str, logical: Any, conf: dict[str, Any] | None) -> argparse.Na
     )
 
 
+def check_schedule(dag: Any, ds: str) -> None:
+    """Refuse a date outside the DAG's ``start_date``/``end_date``: Airflow would create a run of no task.
+
+    A run for such a date "succeeds" with nothing done, which reads as if the date had been processed.
+    """
+    from datetime import datetime, timezone
+
+    day = datetime.fromisoformat(ds).replace(tzinfo=timezone.utc)
+    start, end = dag.start_date, dag.end_date
+    if start is not None and day < start:
+        raise ValueError(
+            f"DAG {dag.dag_id!r} starts on {start.date().isoformat()} (start_date): {ds} is before it, so a run "
+            f"for it would run no task. Run dates from {start.date().isoformat()} on, or move the DAG's start_date."
+        )
+    if end is not None and day > end:
+        raise ValueError(
+            f"DAG {dag.dag_id!r} ends on {end.date().isoformat()} (end_date): {ds} is after it, so a run for it "
+            "would run no task."
+        )
+
+
+def tasks_run(dag_id: str, ds: str) -> dict[str, str]:
+    """States of the task instances of the newest run of ``dag_id`` whose interval starts at ``ds``."""
+    from airflow_provider_dltrain.demo.xcoms import run_outcome
+
+    return dict(run_outcome(dag_id, ds).get("tasks") or {})
+
+
 def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]:
     from airflow.cli.commands import dag_command
     from airflow.sdk import timezone
@@ -45,10 +73,16 @@ def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]
     started = time.monotonic()
     ok, error = True, None
     try:
-        dag_command.dag_test(_args(dag_id, timezone.parse(logical), conf))
+        dag = dag_command.get_bagged_dag(bundle_names=None, dag_id=dag_id, dagfile_path=None)
+        check_schedule(dag, ds)
+        dag_command.dag_test(_args(dag_id, timezone.parse(logical), conf), dag=dag)
+        states = tasks_run(dag_id, ds)
+        ran = {t: s for t, s in states.items() if s not in ("None", "none", "scheduled", "queued")}
+        if not ran:  # a run of no task is never "ok": nothing was processed for this date
+            ok, error = False, f"the run of {dag_id} for {ds} ran no task (task states: {states or 'none'})"
     except SystemExit as exc:  # dag_test exits when the run failed
         ok, error = False, str(exc)
-    except Exception as exc:  # a DAG that cannot be loaded, a broken DB, ...
+    except Exception as exc:  # a DAG that cannot be loaded, a date outside the schedule, a broken DB, ...
         ok, error = False, f"{type(exc).__name__}: {exc}"
     return {"dag_id": dag_id, "ds": ds, "ok": ok, "error": error, "seconds": time.monotonic() - started}
 

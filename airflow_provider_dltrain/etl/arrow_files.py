@@ -3,6 +3,9 @@
 Runs inside Spark Python workers through ``mapInArrow``. Each task writes its good rows into the
 table's partition directory and its bad rows into the quarantine table's, then yields one small row
 of metadata per file (path, size, row count, Delta stats, bad-row reasons). Nothing is committed here.
+Each task also keeps a content digest state of the good rows and of the bad rows it wrote (data
+columns only) and sends it with its first file of each kind; the driver merges them to compare
+the new content with the partition's (:mod:`~airflow_provider_dltrain.lake.digest`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.lake.digest import DigestState
 
 MAX_ROWS_PER_FILE = 2_000_000
 RECORD_PREVIEW_CHARS = 2_000
@@ -41,6 +47,7 @@ def _result_arrow_schema() -> Any:
             ("mtime", pa.int64()),
             ("reasons", pa.map_(pa.string(), pa.int64())),
             ("mismatched", pa.int64()),
+            ("digest", pa.string()),  # JSON DigestState of all this task's rows of this kind
         ]
     )
 
@@ -48,7 +55,7 @@ def _result_arrow_schema() -> Any:
 def result_schema() -> str:
     return (
         "kind string, path string, size long, num_records long, stats string, mtime long, "
-        "reasons map<string,long>, mismatched long"
+        "reasons map<string,long>, mismatched long, digest string"
     )
 
 
@@ -85,11 +92,13 @@ class _FileSink:
             self.done.append((self.rel_path, self.rows))
             self.writer, self.rows = None, 0
 
-    def results(self, kind: str, reasons: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+    def results(
+        self, kind: str, digest: DigestState, reasons: dict[str, int] | None = None
+    ) -> Iterator[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         self.close()
-        for rel_path, rows in self.done:
+        for i, (rel_path, rows) in enumerate(self.done):
             full = f"{self.root}/{rel_path}"
             info = self.fs.get_file_info(full)
             with self.fs.open_input_file(full) as handle:
@@ -104,6 +113,8 @@ class _FileSink:
                 "mtime": mtime,
                 "reasons": reasons or {},
                 "mismatched": 0,
+                # once per task and kind: the driver sums the states, a copy per file would count twice
+                "digest": json.dumps(digest.to_dict()) if i == 0 else None,
             }
 
 
@@ -184,6 +195,7 @@ def file_writer_fn(
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from airflow_provider_dltrain.lake.digest import DigestState
         from airflow_provider_dltrain.lake.storage import filesystem
 
         fs, troot = filesystem(table_uri, storage_options)
@@ -193,6 +205,7 @@ def file_writer_fn(
         bad = _FileSink(fs, qroot, rel_dir, f"{write_id}-{task}", pa.schema(QUARANTINE_FIELDS()))
         reasons: Counter[str] = Counter()
         mismatched = 0
+        good_state, bad_state = DigestState(), DigestState()
         for batch in batches:
             table = pa.Table.from_batches([batch])
             for col, val in partition.items():
@@ -204,10 +217,14 @@ def file_writer_fn(
                 bad_rows = table.filter(is_bad)
                 if bad_rows.num_rows:
                     reasons.update(str(r) for r in bad_rows.column("_error").to_pylist())
-                    bad.write(_quarantine_batch(bad_rows, set(partition)))
+                    quarantined = _quarantine_batch(bad_rows, set(partition))
+                    bad_state.update(quarantined)
+                    bad.write(quarantined)
                 table = table.filter(pc.invert(is_bad))
-            good.write(table.select(data_schema.names).cast(data_schema))
-        results = [*good.results("good"), *bad.results("bad", dict(reasons))]
+            rows = table.select(data_schema.names).cast(data_schema)
+            good_state.update(rows)
+            good.write(rows)
+        results = [*good.results("good", good_state), *bad.results("bad", bad_state, dict(reasons))]
         if mismatched:
             results.append(
                 {
@@ -219,6 +236,7 @@ def file_writer_fn(
                     "mtime": 0,
                     "reasons": {},
                     "mismatched": mismatched,
+                    "digest": None,
                 }
             )
         schema = _result_arrow_schema()

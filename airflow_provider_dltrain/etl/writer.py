@@ -5,10 +5,15 @@ quarantine table (rows the transform marked with a non-null ``_error``) and send
 metadata; the driver checks the bad-row fraction and commits one overwrite per table through
 delta-rs. Driver memory grows with the number of files, never with the data. Where the Delta Spark
 jars are on the classpath (EMR, Glue) ``use_delta_spark=True`` writes ``format("delta")`` instead.
+
+A re-run that produces the same rows (in any order, any number of files) commits nothing to either
+table: executors hash what they write, and the commit is skipped when the digest equals the
+partition's current one (see :mod:`~airflow_provider_dltrain.lake.digest`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -20,13 +25,18 @@ from airflow_provider_dltrain.etl.arrow_files import QUARANTINE_FIELDS, file_wri
 from airflow_provider_dltrain.etl.progress import SparkProgress
 from airflow_provider_dltrain.exceptions import BadDataError, InvalidSpecError
 from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.digest import DigestState
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
+from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 from airflow_provider_dltrain.lake.write import (
+    PartitionWrite,
     SchemaMode,
     WrittenFile,
     check_schema,
     commit_files,
+    delete_files,
+    missing_dirs,
+    remove_empty_dirs,
     table_arrow_schema,
 )
 
@@ -36,7 +46,14 @@ ERROR_COLUMN = "_error"
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one ETL write committed."""
+    """What one ETL write committed.
+
+    ``ref`` is the version holding the partition's content: the new commit, or, when ``committed``
+    is False because the partition already held exactly these rows, the version that last wrote it.
+    ``digest`` is the partition's content digest (``None`` when empty or not computed, as with the
+    Delta Spark writer). ``files_written`` counts the files the job wrote, also those removed again
+    because nothing changed.
+    """
 
     ref: DeltaRef
     rows_written: int
@@ -44,14 +61,20 @@ class WriteResult:
     files_written: int
     quarantine_ref: DeltaRef | None = None
     reasons: dict[str, int] = field(default_factory=dict)
+    committed: bool = True
+    quarantine_committed: bool = False
+    digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.ref.to_dict(),
+            "committed": self.committed,
+            "digest": self.digest,
             "rows_written": self.rows_written,
             "rows_quarantined": self.rows_quarantined,
             "files_written": self.files_written,
             "quarantine": self.quarantine_ref.to_dict() if self.quarantine_ref else None,
+            "quarantine_committed": self.quarantine_committed,
             "quarantine_reasons": self.reasons,
         }
 
@@ -82,15 +105,6 @@ def _quarantine_table_schema(partition_by: Sequence[str]) -> Any:
     import pyarrow as pa
 
     return pa.schema([*QUARANTINE_FIELDS(), *[pa.field(c, pa.string()) for c in partition_by]])
-
-
-def _delete_files(uri: str, files: Sequence[WrittenFile], options: StorageOptions | None) -> None:
-    fs, root = filesystem(uri, options)
-    for f in files:
-        try:
-            fs.delete_file(join(root, f.path))
-        except (FileNotFoundError, OSError):
-            log.warning("could not remove unreferenced file %s of %s", f.path, uri)
 
 
 def write_dataframe(
@@ -181,6 +195,31 @@ class _Target:
         return None
 
 
+@dataclass
+class _Collected:
+    """What the executors reported: files, counts, reasons and digest states, per table."""
+
+    good: list[WrittenFile] = field(default_factory=list)
+    bad: list[WrittenFile] = field(default_factory=list)
+    good_state: DigestState = field(default_factory=DigestState)
+    bad_state: DigestState = field(default_factory=DigestState)
+    reasons: dict[str, int] = field(default_factory=dict)
+    mismatched: int = 0
+
+    def add(self, row: Any) -> None:
+        kind = row["kind"]
+        state = DigestState.from_dict(json.loads(row["digest"])) if row["digest"] else DigestState()
+        if kind == "good":
+            self.good.append(_written(row))
+            self.good_state = self.good_state.merge(state)
+        elif kind == "bad":
+            self.bad.append(_written(row))
+            self.bad_state = self.bad_state.merge(state)
+        self.mismatched += int(row["mismatched"])
+        for reason, count in (row["reasons"] or {}).items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + int(count)
+
+
 def _write_with_delta_rs(
     df: Any, target: _Target, data_schema: Any, table_schema: Any, schema_mode: SchemaMode
 ) -> WriteResult:
@@ -196,58 +235,85 @@ def _write_with_delta_rs(
         has_error_column=ERROR_COLUMN in df.columns,
         storage_options=dict(t.storage_options or {}),
     )
+    # taken before the executors create them: a refused write removes exactly these, when empty
+    created = [*missing_dirs(t.table_uri, t.rel_dir), *missing_dirs(t.quarantine_uri, t.rel_dir)]
     started = time.monotonic()
     with SparkProgress(df.sparkSession, f"writing {t.rel_dir} of {t.table_uri}"):
         rows = df.mapInArrow(fn, result_schema()).collect()
-    good = [_written(r) for r in rows if r["kind"] == "good"]
-    bad = [_written(r) for r in rows if r["kind"] == "bad"]
-    mismatched = sum(int(r["mismatched"]) for r in rows)
-    reasons: dict[str, int] = {}
-    for r in rows:
-        for reason, count in (r["reasons"] or {}).items():
-            reasons[reason] = reasons.get(reason, 0) + int(count)
-    n_good, n_bad = sum(f.num_records for f in good), sum(f.num_records for f in bad)
+    got = _Collected()
+    for row in rows:
+        got.add(row)
+    n_good, n_bad = sum(f.num_records for f in got.good), sum(f.num_records for f in got.bad)
     log.info(
         "wrote %d good row(s) in %d file(s) and %d quarantined row(s) for %s in %.1fs",
         n_good,
-        len(good),
+        len(got.good),
         n_bad,
         t.rel_dir,
         time.monotonic() - started,
     )
-    refusal = t.refuse_bad_counts(n_good, n_bad, reasons)
-    if mismatched or refusal:
-        _delete_files(t.table_uri, good, t.storage_options)
-        _delete_files(t.quarantine_uri, bad, t.storage_options)
-        if mismatched:
-            raise InvalidSpecError(
-                f"{mismatched} row(s) have a partition column value other than {t.spec}; a write of "
-                f"{t.rel_dir} may only contain that partition. Nothing was committed."
-            )
-        raise BadDataError(refusal)
-    quarantine_ref = None
-    if bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
+    try:
+        _refuse(t, got)
+        quarantine, main = _commit_both(t, got, table_schema, schema_mode)
+    finally:
+        remove_empty_dirs(created)  # only those left empty: a refused or unchanged write
+    return WriteResult(
+        main.ref,
+        n_good,
+        n_bad,
+        len(got.good),
+        quarantine.ref if quarantine else None,
+        got.reasons,
+        committed=main.committed,
+        quarantine_committed=bool(quarantine and quarantine.committed),
+        digest=main.digest,
+    )
+
+
+def _refuse(t: _Target, got: _Collected) -> None:
+    """Delete what was written and raise when nothing may be committed."""
+    n_good, n_bad = sum(f.num_records for f in got.good), sum(f.num_records for f in got.bad)
+    refusal = t.refuse_bad_counts(n_good, n_bad, got.reasons)
+    if not (got.mismatched or refusal):
+        return
+    delete_files(t.table_uri, got.good, t.storage_options)
+    delete_files(t.quarantine_uri, got.bad, t.storage_options)
+    if got.mismatched:
+        raise InvalidSpecError(
+            f"{got.mismatched} row(s) have a partition column value other than {t.spec}; a write of "
+            f"{t.rel_dir} may only contain that partition. Nothing was committed."
+        )
+    raise BadDataError(refusal)
+
+
+def _commit_both(
+    t: _Target, got: _Collected, table_schema: Any, schema_mode: SchemaMode
+) -> tuple[PartitionWrite | None, PartitionWrite]:
+    quarantine = None
+    if got.bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
         # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
-        quarantine_ref = commit_files(
+        quarantine = commit_files(
             t.quarantine_uri,
-            bad,
+            got.bad,
             _quarantine_table_schema(t.columns),
             t.spec,
             partition_by=t.columns,
             metadata=t.metadata,
             storage_options=t.storage_options,
+            digest=got.bad_state,
         )
-    ref = commit_files(
+    main = commit_files(
         t.table_uri,
-        good,
+        got.good,
         table_schema,
         t.spec,
         partition_by=t.columns,
         schema_mode=schema_mode,
         metadata=t.metadata,
         storage_options=t.storage_options,
+        digest=got.good_state,
     )
-    return WriteResult(ref, n_good, n_bad, len(good), quarantine_ref, reasons)
+    return quarantine, main
 
 
 def _written(row: Any) -> WrittenFile:

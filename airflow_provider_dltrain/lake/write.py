@@ -1,21 +1,37 @@
-"""Idempotent partition overwrites: one partition replaced in one atomic Delta commit."""
+"""Idempotent partition overwrites: one partition replaced in one atomic Delta commit.
+
+Content-idempotent too: every commit records the content digest of the partition it wrote
+(:mod:`~airflow_provider_dltrain.lake.digest`), and a write whose rows equal the partition's current
+rows commits nothing. Re-running a date, however often, leaves the table at the same version, so
+nothing downstream sees "changed data" that did not change.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import CommitConflictError, InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.digest import (
+    META_DIGEST,
+    META_PARTITION,
+    DigestState,
+    canonical_partition,
+    normalize_type,
+)
 from airflow_provider_dltrain.lake.lock import partition_lock
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
+from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, join, normalize_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+logger = logging.getLogger(__name__)
 SchemaMode = Literal["strict", "merge"]
 METADATA_KEYS = ("dag_id", "run_id", "task_id", "try_number", "logical_date")
 
@@ -30,42 +46,13 @@ def commit_metadata(
     **extra: Any,
 ) -> dict[str, str]:
     """Who committed: stored in the Delta commit's ``commitInfo`` under ``airflow.*`` keys."""
-    values = {
-        "dag_id": dag_id,
-        "run_id": run_id,
-        "task_id": task_id,
-        "try_number": try_number,
-        "logical_date": logical_date,
-    }
-    out = {f"airflow.{k}": str(v) for k, v in values.items() if v is not None}
+    values = zip(METADATA_KEYS, (dag_id, run_id, task_id, try_number, logical_date), strict=True)
+    out = {f"airflow.{k}": str(v) for k, v in values if v is not None}
     out.update({f"dltrain.{k}": str(v) for k, v in extra.items() if v is not None})
     return out
 
 
 # -- schema -----------------------------------------------------------------------------------
-def _normalize_type(t: pa.DataType) -> str:
-    import pyarrow as pa
-
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return "binary"
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-    ):
-        return f"list<{_normalize_type(t.value_type)}>"
-    if pa.types.is_timestamp(t):
-        return "timestamp[tz]" if t.tz else "timestamp"
-    if pa.types.is_struct(t):
-        return "struct<" + ",".join(f"{f.name}:{_normalize_type(f.type)}" for f in t) + ">"
-    if pa.types.is_dictionary(t):
-        return _normalize_type(t.value_type)
-    return str(t)
-
-
 def check_schema(
     table_schema: pa.Schema | None,
     data_schema: pa.Schema,
@@ -82,8 +69,8 @@ def check_schema(
         return []
     if schema_mode not in ("strict", "merge"):
         raise InvalidSpecError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
-    table_types = {f.name: _normalize_type(f.type) for f in table_schema}
-    data_types = {f.name: _normalize_type(f.type) for f in data_schema}
+    table_types = {f.name: normalize_type(f.type) for f in table_schema}
+    data_types = {f.name: normalize_type(f.type) for f in data_schema}
     conflicts = [
         f"{name}: table has {table_types[name]}, data has {data_types[name]}"
         for name in data_types
@@ -113,7 +100,70 @@ def table_arrow_schema(uri: str, storage_options: StorageOptions | None = None) 
     return pa.schema(open_table(uri, None, storage_options).schema().to_arrow())
 
 
+# -- files --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file already written inside the table directory by another engine (Spark)."""
+
+    path: str  # relative to the table root
+    size: int
+    num_records: int
+    stats: str  # Delta stats JSON
+    modification_time: int  # epoch millis
+
+
+def delete_files(uri: str, files: Sequence[WrittenFile], storage_options: StorageOptions | None) -> None:
+    """Remove files written for a commit that will not happen (an orphan left behind is harmless)."""
+    fs, root = filesystem(uri, storage_options)
+    for f in files:
+        try:
+            fs.delete_file(join(root, f.path))
+        except (FileNotFoundError, OSError):
+            logger.warning("could not remove unreferenced file %s of %s", f.path, uri)
+
+
+def missing_dirs(uri: str, rel_dir: str) -> list[str]:
+    """Local directories a write into ``rel_dir`` of the table would create, deepest first.
+
+    None on object stores, where directories do not exist. Taken before writing, so that a refused
+    write removes only the directories it created (:func:`remove_empty_dirs`).
+    """
+    if is_remote(uri):
+        return []
+    root = normalize_uri(uri)
+    parts = [p for p in rel_dir.split("/") if p]
+    paths = [root, *(os.path.join(root, *parts[: i + 1]) for i in range(len(parts)))]
+    return [p for p in reversed(paths) if not os.path.exists(p)]
+
+
+def remove_empty_dirs(paths: Sequence[str]) -> None:
+    """Remove each of ``paths`` (deepest first) that is empty; stop at the first that is not."""
+    for path in paths:
+        try:
+            os.rmdir(path)  # refuses a non-empty directory atomically: a concurrent writer's files stay
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break
+
+
 # -- writes -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PartitionWrite:
+    """What one partition overwrite did."""
+
+    ref: DeltaRef  # the version holding the content: this write's commit, or the earlier one if unchanged
+    committed: bool  # False: the partition already held exactly these rows, nothing was committed
+    digest: str | None  # content digest of the partition now; None when it has no rows
+
+
+def _partition_columns(spec: dict[str, str], partition_by: Sequence[str] | None) -> list[str]:
+    columns = list(partition_by or sorted(spec))
+    if set(columns) != set(spec):
+        raise InvalidSpecError(f"partition {spec} must name exactly the partition columns {columns}")
+    return columns
+
+
 def _with_partition_columns(data: pa.Table, partition: Mapping[str, str]) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -132,6 +182,52 @@ def _with_partition_columns(data: pa.Table, partition: Mapping[str, str]) -> pa.
     return data
 
 
+def _with_digest(
+    metadata: Mapping[str, str] | None, spec: dict[str, str], digest: str | None
+) -> dict[str, str]:
+    """Commit metadata plus the partition and its new content digest, for the next write to compare."""
+    out = dict(metadata or {})
+    out[META_PARTITION] = canonical_partition(spec)
+    if digest is not None:
+        out[META_DIGEST] = digest
+    return out
+
+
+def _unchanged(
+    uri: str, spec: dict[str, str], digest: str | None, storage_options: StorageOptions | None
+) -> DeltaRef | None:
+    """The version that last wrote ``spec`` when the partition's content already has ``digest``.
+
+    Compared at the newest version; the caller holds the partition lock, so no writer of this
+    partition can commit in between. An empty write into an empty partition is unchanged too.
+    """
+    from airflow_provider_dltrain.lake.digest import digests_and_commits
+
+    log = DeltaLog(uri, storage_options)
+    newest = log.latest_version()
+    if newest is None:
+        return None
+    ((current, version),) = digests_and_commits(uri, newest, [spec], storage_options).values()
+    if current != digest:
+        return None
+    ref = log.ref(version) if version is not None else _own_commit(uri, spec, storage_options)
+    logger.info(
+        "%s of %s unchanged: no commit; its content is that of version %d (newest %d)",
+        part.path_of(spec, sorted(spec)),
+        uri,
+        ref.version,
+        newest,
+    )
+    return ref
+
+
+def _digest_of(data: pa.Table, columns: Sequence[str]) -> str | None:
+    rows = data.drop_columns([c for c in columns if c in data.column_names])
+    state = DigestState()
+    state.update(rows)
+    return state.content_digest(rows.schema)
+
+
 def overwrite_partition(
     uri: str,
     data: pa.Table,
@@ -142,22 +238,27 @@ def overwrite_partition(
     metadata: Mapping[str, str] | None = None,
     storage_options: StorageOptions | None = None,
 ) -> DeltaRef:
-    """Replace exactly ``partition`` of the table with ``data`` in one commit; return the new version.
+    """Replace exactly ``partition`` of the table with ``data`` in one commit; return the version holding it.
 
     Creates the table (partitioned by ``partition_by``, default the partition's columns) when it
-    does not exist. Re-running with the same data leaves the same content.
+    does not exist. When the partition already holds exactly these rows (in any order) and the
+    schema would not change, nothing is committed and the version that last wrote the partition is
+    returned: re-running a date leaves the same content at the same version.
     """
     from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     uri = normalize_uri(uri)
     spec = part.validate_partition(partition)
-    columns = list(partition_by or sorted(spec))
-    if set(columns) != set(spec):
-        raise InvalidSpecError(f"partition {spec} must name exactly the partition columns {columns}")
+    columns = _partition_columns(spec, partition_by)
     data = _with_partition_columns(data, spec)
-    check_schema(table_arrow_schema(uri, storage_options), data.schema, schema_mode=schema_mode, where=uri)
+    digest = _digest_of(data, columns)
     with partition_lock(uri, part.path_of(spec, columns), storage_options):
+        existing = table_arrow_schema(uri, storage_options)
+        added = check_schema(existing, data.schema, schema_mode=schema_mode, where=uri)
+        same = _unchanged(uri, spec, digest, storage_options) if existing is not None and not added else None
+        if same is not None:
+            return same
         try:
             write_deltalake(
                 uri,
@@ -167,7 +268,7 @@ def overwrite_partition(
                 partition_by=columns,
                 schema_mode="merge" if schema_mode == "merge" else None,
                 storage_options=storage_options or None,
-                commit_properties=CommitProperties(custom_metadata=dict(metadata or {})),
+                commit_properties=CommitProperties(custom_metadata=_with_digest(metadata, spec, digest)),
             )
         except CommitFailedError as err:
             raise CommitConflictError(
@@ -191,15 +292,71 @@ def _own_commit(uri: str, spec: dict[str, str], storage_options: StorageOptions 
         return log.ref(log.latest_version() or 0)
 
 
-@dataclass(frozen=True)
-class WrittenFile:
-    """A Parquet file already written inside the table directory by another engine (Spark)."""
+def _files_state(
+    uri: str, files: Sequence[WrittenFile], schema: pa.Schema, storage_options: StorageOptions | None
+) -> DigestState:
+    from airflow_provider_dltrain.lake.digest import state_of_files
 
-    path: str  # relative to the table root
-    size: int
-    num_records: int
-    stats: str  # Delta stats JSON
-    modification_time: int  # epoch millis
+    fs, root = filesystem(uri, storage_options)
+    return state_of_files(fs, [join(root, f.path) for f in files], schema)
+
+
+def _create_table(
+    uri: str,
+    adds: list[Any],
+    schema: pa.Schema,
+    columns: list[str],
+    custom: dict[str, str],
+    configuration: Mapping[str, str] | None,
+    storage_options: StorageOptions | None,
+) -> bool:
+    """Create the table with ``adds`` as its first commit; False when another writer created it first."""
+    from deltalake import CommitProperties, Schema
+    from deltalake.transaction import create_table_with_add_actions
+
+    try:
+        create_table_with_add_actions(
+            uri,
+            Schema.from_arrow(schema),
+            adds,
+            mode="error",
+            partition_by=columns,
+            configuration=dict(configuration or {}) or None,
+            storage_options=storage_options or None,
+            commit_properties=CommitProperties(custom_metadata=custom),
+        )
+    except Exception:
+        if DeltaLog(uri, storage_options).latest_version() is None:
+            raise
+        return False  # retried as an overwrite of the table that now exists
+    return True
+
+
+def _commit_overwrite(
+    uri: str,
+    adds: list[Any],
+    schema: pa.Schema,
+    spec: dict[str, str],
+    columns: list[str],
+    added: list[str],
+    custom: dict[str, str],
+    storage_options: StorageOptions | None,
+) -> None:
+    from deltalake import CommitProperties, DeltaTable, Schema
+
+    table = DeltaTable(uri, storage_options=storage_options or None)
+    if added:
+        table.alter.add_columns([f for f in Schema.from_arrow(schema).fields if f.name in added])
+        table.update_incremental()
+    table.create_write_transaction(
+        adds,
+        mode="overwrite",
+        # the table's own schema: column order or nullability in the data must never rewrite it
+        schema=table.schema(),
+        partition_by=columns,
+        partition_filters=part.filters(spec),
+        commit_properties=CommitProperties(custom_metadata=custom),
+    )
 
 
 def commit_files(
@@ -213,59 +370,42 @@ def commit_files(
     metadata: Mapping[str, str] | None = None,
     storage_options: StorageOptions | None = None,
     configuration: Mapping[str, str] | None = None,
-) -> DeltaRef:
+    digest: DigestState | None = None,
+) -> PartitionWrite:
     """Commit already-written files as the new content of ``partition`` (one atomic overwrite).
 
-    ``schema`` is the table schema including the partition columns. Under the partition lock the
-    snapshot is refreshed first, so whatever another run committed meanwhile is replaced, never
-    duplicated.
+    ``schema`` is the table schema including the partition columns; ``digest`` the state of the
+    files' rows (partition columns left out) kept while writing them; without it the files are read
+    back. Under the partition lock the snapshot is refreshed first, so whatever another run committed
+    meanwhile is replaced, never duplicated. When the partition already holds exactly these rows and
+    the schema would not change, nothing is committed and the files are deleted; so they are when
+    the schema conflicts.
     """
-    from deltalake import CommitProperties, DeltaTable, Schema
-    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+    import pyarrow as pa
+    from deltalake.transaction import AddAction
 
     uri = normalize_uri(uri)
     spec = part.validate_partition(partition)
-    columns = list(partition_by)
-    if set(columns) != set(spec):
-        raise InvalidSpecError(f"partition {spec} must name exactly the partition columns {columns}")
+    columns = _partition_columns(spec, partition_by)
+    data_schema = pa.schema([f for f in schema if f.name not in columns])
+    state = digest if digest is not None else _files_state(uri, files, data_schema, storage_options)
+    content = state.content_digest(data_schema)
+    custom = _with_digest(metadata, spec, content)
     adds = [AddAction(f.path, f.size, dict(spec), f.modification_time, True, f.stats) for f in files]
-    props = CommitProperties(custom_metadata=dict(metadata or {}))
-    delta_schema = Schema.from_arrow(schema)
     with partition_lock(uri, part.path_of(spec, columns), storage_options):
         existing = table_arrow_schema(uri, storage_options)
-        created = False
         if existing is None:
-            try:
-                create_table_with_add_actions(
-                    uri,
-                    delta_schema,
-                    adds,
-                    mode="error",
-                    partition_by=columns,
-                    configuration=dict(configuration or {}) or None,
-                    storage_options=storage_options or None,
-                    commit_properties=props,
-                )
-                created = True
-            except Exception as err:  # another writer created the table first: retry as an overwrite
-                if DeltaLog(uri, storage_options).latest_version() is None:
-                    raise
-                existing = table_arrow_schema(uri, storage_options)
-                del err
-        if not created and existing is not None:
+            if _create_table(uri, adds, schema, columns, custom, configuration, storage_options):
+                return PartitionWrite(_own_commit(uri, spec, storage_options), True, content)
+            existing = table_arrow_schema(uri, storage_options)
+        try:
             added = check_schema(existing, schema, schema_mode=schema_mode, where=uri)
-            table = DeltaTable(uri, storage_options=storage_options or None)
-            if added:
-                table.alter.add_columns([f for f in delta_schema.fields if f.name in added])
-                table.update_incremental()
-            actions: list[AddAction | RemoveAction] = list(adds)
-            table.create_write_transaction(
-                actions,
-                mode="overwrite",
-                # the table's own schema: column order or nullability in the data must never rewrite it
-                schema=table.schema(),
-                partition_by=columns,
-                partition_filters=part.filters(spec),
-                commit_properties=props,
-            )
-        return _own_commit(uri, spec, storage_options)
+        except SchemaMismatchError:
+            delete_files(uri, files, storage_options)
+            raise
+        same = None if added else _unchanged(uri, spec, content, storage_options)
+        if same is not None:
+            delete_files(uri, files, storage_options)
+            return PartitionWrite(same, False, content)
+        _commit_overwrite(uri, adds, schema, spec, columns, added, custom, storage_options)
+        return PartitionWrite(_own_commit(uri, spec, storage_options), True, content)

@@ -39,7 +39,9 @@ class SparkBatchInferenceOperator(BaseOperator):
     :param input_filter: DNF partition filter on the input, e.g. ``[["ds", "=", "{{ ds }}"]]`` (templated).
     :param engine: where Spark runs; ``"local"`` (embedded session) for now, EMR/Glue later.
     :param model_as_of: date used when ``model`` asks for ``champion_as_of`` without one,
-        e.g. ``"{{ data_interval_end | ds }}"`` so a backfill scores with the champion of its day (templated).
+        e.g. ``"{{ data_interval_start | ds }}"``: the run covering [D, D+1) then scores with the
+        champion for data cut-off D, as the nightly run of D did (``data_interval_end`` would pick
+        the champion of D+1, a model trained after D's data was scored) (templated).
     :param mlflow_conn_id: Airflow ``mlflow`` connection; ``None`` uses ``$MLFLOW_TRACKING_URI``
         or the embedded SQLite store.
     :param aws_conn_id: Airflow ``aws`` connection for ``s3://`` tables (ignored for local paths).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 
@@ -12,29 +12,58 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
 
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.registry.evaluate import GateEvaluation
+
 
 class RegisterModelOperator(BaseOperator):
     """Register ``train_result``'s model, gate it against the champion, return a ModelRef dict.
 
+    With ``evaluate_fn`` the gate is fair: the new version and the champion for its cut-off are
+    loaded from MLflow and scored by that one function on the same rows (by default the new
+    version's own training data, e.g. its held-out validation split; or a fixed table version in
+    ``evaluation_dataset``). Without it, each version's recorded metric is compared, each measured
+    on its own validation rows (a warning says so). For the demo model::
+
+        RegisterModelOperator(
+            task_id="register",
+            train_result=trained.output,
+            model_name="dltrain_digits",
+            metric="val_accuracy",
+            mode="max",
+            data_cutoff="{{ data_interval_start | ds }}",
+            evaluate_fn="airflow_provider_dltrain.demo.digits_model:evaluate_model",
+        )
+
     Idempotent: re-running the task for the same training run reuses the version and replays the
-    recorded decision. The live ``alias`` moves only if the gate passes and no later data cut-off
-    was promoted, so a backfill of an old date never takes the alias from today's champion; it
-    becomes champion for its own date (see ``registry.champion_as_of``).
+    recorded decision (nothing is scored again). The live ``alias`` moves only if the gate passes
+    and no later data cut-off was promoted, so a backfill of an old date never takes the alias from
+    today's champion; it becomes champion for its own date (see ``registry.champion_as_of``).
 
     Returns ``{name, version, alias, promoted, reason, champion_version, compared_with,
-    data_cutoff, model_uri}``: ``alias`` is set when this version holds the live alias;
-    ``champion_version`` is the champion for this cut-off after the decision.
+    data_cutoff, model_uri, candidate_value, champion_value, basis, eval_rows}``: ``alias`` is set
+    when this version holds the live alias; ``champion_version`` is the champion for this cut-off
+    after the decision; ``basis`` is ``"rescored"`` or ``"recorded"``.
 
     :param train_result: TrainResult dict ``{run_id, model_uri, metrics, dataset, params}``, usually
         the training task's XComArg (templated).
     :param model_name: registered model name (templated).
-    :param metric: metric the gate compares, a key of ``train_result["metrics"]`` (templated).
+    :param metric: metric the gate compares, a key of ``train_result["metrics"]`` and, when
+        re-scoring, of what ``evaluate_fn`` returns (templated).
     :param mode: ``"min"`` (lower is better) or ``"max"`` (templated).
     :param min_delta: minimum improvement over the champion to promote (templated).
     :param data_cutoff: ``YYYY-MM-DD`` cut-off of the training data; default: the MLflow run's
         ``dltrain.data_cutoff`` tag (templated).
     :param alias: the live alias to move on promotion (templated).
     :param mlflow_conn_id: ``mlflow`` connection; when it does not exist the embedded store is used.
+    :param evaluate_fn: ``"package.module:function"`` with ``evaluate(ctx, model) -> dict[str, float]``;
+        ``ctx`` is a single-process CPU ``TrainContext`` whose ``hparams`` are the training run's
+        (templated).
+    :param evaluation_dataset: a fixed evaluation table version, a DeltaRef dict or XComArg; default
+        the new version's training data (templated).
+    :param evaluation_filter: DNF filter on ``evaluation_dataset``, e.g.
+        ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
+    :param aws_conn_id: ``aws`` connection for an ``s3://`` evaluation table (ignored for local paths).
     """
 
     template_fields: Sequence[str] = (
@@ -45,7 +74,11 @@ class RegisterModelOperator(BaseOperator):
         "min_delta",
         "data_cutoff",
         "alias",
+        "evaluate_fn",
+        "evaluation_dataset",
+        "evaluation_filter",
     )
+    template_fields_renderers = {"evaluation_dataset": "json", "evaluation_filter": "json"}
     ui_color = "#d9ecff"
 
     def __init__(
@@ -59,6 +92,10 @@ class RegisterModelOperator(BaseOperator):
         data_cutoff: str | None = None,
         alias: str = "champion",
         mlflow_conn_id: str = "mlflow_default",
+        evaluate_fn: str | None = None,
+        evaluation_dataset: Any = None,
+        evaluation_filter: Any = None,
+        aws_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +107,10 @@ class RegisterModelOperator(BaseOperator):
         self.data_cutoff = data_cutoff
         self.alias = alias
         self.mlflow_conn_id = mlflow_conn_id
+        self.evaluate_fn = evaluate_fn
+        self.evaluation_dataset = evaluation_dataset
+        self.evaluation_filter = evaluation_filter
+        self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
@@ -84,6 +125,7 @@ class RegisterModelOperator(BaseOperator):
                     f"metric {gate.metric!r} is not in train_result['metrics'] (has {sorted(metrics)}): set "
                     f"metric= to one of them or log {gate.metric!r} in the training function."
                 )
+            evaluation = self._evaluation(result)
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
             info = run_info(context)
             outcome = register_and_promote(
@@ -96,20 +138,55 @@ class RegisterModelOperator(BaseOperator):
                 data_cutoff=self.data_cutoff or None,
                 alias=self.alias,
                 registration_key=f"{info['dag_id']}/{info['run_id']}" if info["run_id"] else None,
+                evaluation=evaluation,
+                params=result.get("params") or None,
             )
         ref = outcome.to_model_ref()
+        self._log_outcome(ref)
+        return ref
+
+    def _log_outcome(self, ref: Mapping[str, Any]) -> None:
+        """One task-log line: decision, reason, both gate values and their basis, where the alias is."""
         self.log.info(
-            "%s v%s %s for data cut-off %s: %s. Live alias %r %s; champion for this cut-off: v%s.",
+            "%s v%s %s for data cut-off %s: %s. %s %s: candidate %s, champion %s%s. "
+            "Live alias %r %s; champion for this cut-off: v%s.",
             ref["name"],
             ref["version"],
             "PROMOTED" if ref["promoted"] else "REJECTED",
             ref["data_cutoff"],
             ref["reason"],
+            str(ref["basis"]).capitalize(),
+            self.metric,
+            ref["candidate_value"],
+            ref["champion_value"],
+            f" on {ref['eval_rows']} rows" if ref["eval_rows"] else "",
             self.alias,
             "points here" if ref["alias"] else "unchanged",
             ref["champion_version"],
         )
-        return ref
+
+    def _evaluation(self, result: Mapping[str, Any]) -> GateEvaluation | None:
+        """The gate's :class:`GateEvaluation`, or None to compare recorded metrics."""
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+        from airflow_provider_dltrain.registry import GateEvaluation
+        from airflow_provider_dltrain.utils.context import storage_options_for
+
+        dataset = DeltaRef.coerce(self.evaluation_dataset) if self.evaluation_dataset else None
+        if not self.evaluate_fn:
+            if dataset is not None or self.evaluation_filter:
+                raise InvalidSpecError(
+                    "evaluation_dataset/evaluation_filter need evaluate_fn='package.module:function' "
+                    "to score the models with."
+                )
+            return None
+        table = dataset or (DeltaRef.coerce(result["dataset"]) if result.get("dataset") else None)
+        storage = storage_options_for(self.aws_conn_id, table.uri) if table is not None else None
+        return GateEvaluation(
+            evaluate_fn=self.evaluate_fn,
+            dataset=dataset,
+            data_filter=self.evaluation_filter or None,
+            storage_options=storage,
+        )
 
 
 def _train_result(value: Any) -> dict[str, Any]:

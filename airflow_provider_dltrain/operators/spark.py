@@ -22,7 +22,9 @@ class DeltaWriteOptions:
 
     :param partition_by: partition columns of the table (default: the keys of ``partition``).
     :param schema_mode: ``"strict"`` (default) refuses any schema change; ``"merge"`` adds new columns.
-    :param max_bad_fraction: share of rows marked ``_error`` above which nothing is committed.
+    :param max_bad_fraction: share of rows marked ``_error`` above which nothing is committed to
+        either table; default ``0.0``: any bad row fails the write (set e.g. ``0.05`` to quarantine
+        up to 5 % and commit the rest).
     :param quarantine_uri: table for bad rows (default: ``<table_uri>_quarantine``).
     :param num_files: coalesce the output to this many files per write (default: Spark's partitioning).
     :param allow_empty: commit a write with no rows (empties the partition); refused by default.
@@ -123,7 +125,8 @@ class SparkToDeltaOperator(BaseOperator):
                 allow_empty=options.allow_empty,
             )
         self.log.info(
-            "committed %s version %d: %d row(s) written, %d quarantined%s",
+            "%s %s version %d: %d row(s), %d quarantined%s",
+            "committed" if result.committed else "unchanged content, no commit; still",
             result.ref.uri,
             result.ref.version,
             result.rows_written,
@@ -134,7 +137,14 @@ class SparkToDeltaOperator(BaseOperator):
         return result.to_dict()
 
     def _emit_asset_event(self, context: Context, value: dict[str, Any]) -> None:
-        extra = {"version": value["version"], "partition": dict(self.partition), "uri": value["uri"]}
+        # Airflow emits an event for every outlet of a successful task; ``committed`` tells consumers
+        # whether this one carries new content or re-confirms the version that already holds it.
+        extra = {
+            "version": value["version"],
+            "partition": dict(self.partition),
+            "uri": value["uri"],
+            "committed": bool(value.get("committed", True)),
+        }
         for outlet in self.outlets or []:
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra

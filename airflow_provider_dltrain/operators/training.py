@@ -46,10 +46,11 @@ class TrainModelOperator(BaseOperator):
     The training function never sees Airflow: the same function runs in a notebook with
     ``run_training``. Where it runs is chosen by composition, e.g. ``backend="torch_distributor",
     backend_options={"num_processes": 2}``. Deterministic errors (bad spec, bad data, a user error
-    in a rank) fail the task without retries; per-epoch progress appears in the task log.
+    in a rank) fail the task without retries; per-epoch progress appears in the task log. The same
+    rows (in whatever files), code, hyper-parameters and world size give bit-identical weights on CPU.
 
     Returns ``{run_id, model_uri, metrics, dataset, params, experiment_id, data_fingerprint,
-    code_hash, params_hash, world_size, run_dir}``.
+    code_hash, params_hash, world_size, weights_sha256, run_dir}``.
 
     :param dataset: the pinned version, a DeltaRef dict or the XComArg of the task producing it (templated).
     :param train_fn: ``train(ctx) -> dict[str, float]`` or ``"package.module:function"`` (preferred in
@@ -66,7 +67,11 @@ class TrainModelOperator(BaseOperator):
     :param aws_conn_id: ``aws`` connection for ``s3://`` tables (ignored for local paths).
     :param skip_if_unchanged: a registered model name: skip the task (downstream registration is
         skipped too) when the version that is champion for this data cut-off was trained on the same
-        data files, code and hyper-parameters (templated).
+        rows (content digests of the partitions read, not file names), code and hyper-parameters
+        (templated).
+    :param code_version: names the training code (e.g. ``"{{ var.value.model_git_sha }}"``) instead of
+        hashing the source of ``train_fn``'s module and the modules of its package it imports
+        (templated).
     """
 
     template_fields: Sequence[str] = (
@@ -76,6 +81,7 @@ class TrainModelOperator(BaseOperator):
         "data_cutoff",
         "experiment_name",
         "skip_if_unchanged",
+        "code_version",
     )
     template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json"}
     operator_extra_links = (MlflowRunLink(),)
@@ -95,6 +101,7 @@ class TrainModelOperator(BaseOperator):
         mlflow_conn_id: str = "mlflow_default",
         aws_conn_id: str | None = None,
         skip_if_unchanged: str | None = None,
+        code_version: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -109,6 +116,7 @@ class TrainModelOperator(BaseOperator):
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id
         self.skip_if_unchanged = skip_if_unchanged
+        self.code_version = code_version
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.utils.context import storage_options_for
@@ -145,6 +153,7 @@ class TrainModelOperator(BaseOperator):
                 tags=_lineage_tags(info),
                 cutoff=self.data_cutoff or None,
                 storage_options=storage,
+                code_version=self.code_version or None,
             )
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
@@ -157,7 +166,9 @@ class TrainModelOperator(BaseOperator):
         from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
 
         name = str(self.skip_if_unchanged)
-        identity = run_identity(self.train_fn, ref, hparams, self.data_filter, storage)
+        identity = run_identity(
+            self.train_fn, ref, hparams, self.data_filter, storage, code_version=self.code_version or None
+        )
         cutoff = self.data_cutoff or identity.get("dltrain.data_cutoff")
         if not cutoff:
             self.log.info("No data cut-off (data_cutoff or a '<=' partition filter): cannot find a champion.")
@@ -171,7 +182,7 @@ class TrainModelOperator(BaseOperator):
             ]
             if not changed:
                 return (
-                    f"data files, training code and hyper-parameters are unchanged since {name} "
+                    f"data, training code and hyper-parameters are unchanged since {name} "
                     f"v{champion.version}, the champion for data cut-off {cutoff}"
                 )
             self.log.info(
@@ -198,7 +209,7 @@ class TrainModelOperator(BaseOperator):
             if all(tags.get(key) == identity[key] for key in keys):
                 current = f"v{champion.version}" if champion is not None else "none"
                 return (
-                    f"data files, training code and hyper-parameters are unchanged since {name} v{mv.version}, "
+                    f"data, training code and hyper-parameters are unchanged since {name} v{mv.version}, "
                     f"registered for cut-off {cutoff} and {tags['dltrain.gate.decision']} by the gate "
                     f"({tags.get('dltrain.gate.reason', '')}); the champion for {cutoff} is {current}"
                 )

@@ -6,6 +6,7 @@ No Airflow here. Every function takes a :class:`TrackingConfig` (or an ``MlflowC
 from __future__ import annotations
 
 from airflow_provider_dltrain.registry.config import TrackingConfig, default_tracking_uri
+from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, load_version, rescore
 from airflow_provider_dltrain.registry.gate import evaluate_gate, recorded_metric
 from airflow_provider_dltrain.registry.history import champion_as_of, champion_history, settle_alias
 from airflow_provider_dltrain.registry.models import (
@@ -25,7 +26,9 @@ from airflow_provider_dltrain.registry.resolve import resolve_model
 __all__ = [
     "DEFAULT_ALIAS",
     "GateDecision",
+    "GateEvaluation",
     "GateSpec",
+    "GateValues",
     "ModelNotFoundError",
     "ModelVersionInfo",
     "PromotionResult",
@@ -37,9 +40,11 @@ __all__ = [
     "evaluate_gate",
     "gate_and_promote",
     "history_tags",
+    "load_version",
     "recorded_metric",
     "register_and_promote",
     "register_model",
+    "rescore",
     "resolve_model",
     "settle_alias",
 ]

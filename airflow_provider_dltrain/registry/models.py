@@ -14,6 +14,8 @@ DEFAULT_ALIAS = "champion"
 # Run tags written by the training engine; every ``dltrain.*`` run tag is copied onto the version.
 RUN_TAG_PREFIX = "dltrain."
 TAG_DATA_CUTOFF = "dltrain.data_cutoff"
+TAG_DELTA_REF = "dltrain.delta_ref"  # the training data's DeltaRef JSON
+TAG_DATA_FILTER = "dltrain.data_filter"  # the training data's normalised DNF filter as JSON
 # Tags this engine owns on a model version.
 TAG_REGISTRATION_KEY = "dltrain.registration_key"  # "<dag_id>/<run_id>" of the Airflow run
 TAG_MODEL_URI = "dltrain.model_uri"  # the URI the training run reported (idempotency key with run_id)
@@ -23,9 +25,15 @@ TAG_REASON = "dltrain.gate.reason"
 TAG_GATE_ALIAS = "dltrain.gate.alias"
 TAG_COMPARED_WITH = "dltrain.gate.compared_with"
 TAG_GATE_CUTOFF = "dltrain.gate.data_cutoff"
-TAG_GATE_RULE = "dltrain.gate.rule"  # "<metric> <mode> min_delta=<x>": a replay must match it
+TAG_GATE_RULE = "dltrain.gate.rule"  # "<metric> <mode> min_delta=<x>[ <basis>]": a replay must match it
 TAG_CANDIDATE_VALUE = "dltrain.gate.candidate_value"
 TAG_CHAMPION_VALUE = "dltrain.gate.champion_value"
+TAG_GATE_BASIS = "dltrain.gate.basis"  # "rescored" (both scored on the same rows) | "recorded"
+TAG_EVAL_DATA = "dltrain.gate.eval_data"  # {"delta_ref": ..., "data_filter": ...} of a rescored gate
+TAG_EVAL_ROWS = "dltrain.gate.eval_rows"  # rows the evaluation read, when its loaders counted them
+TAG_EVAL_FN = "dltrain.gate.eval_fn"  # "package.module:function" that scored both versions
+TAG_HPARAMS = "dltrain.hparams"  # the training run's hyper-parameters as JSON (unflattened)
+BASIS_RESCORED, BASIS_RECORDED = "rescored", "recorded"
 
 
 def history_tags(alias: str) -> tuple[str, str]:
@@ -167,9 +175,18 @@ class PromotionResult:
     holds_alias: bool
     compared_with: int | None
     champion_version: int | None
+    candidate_value: float | None = None
+    champion_value: float | None = None
+    basis: str = BASIS_RECORDED
+    eval_rows: int | None = None
 
     def to_model_ref(self) -> dict[str, Any]:
-        """The ModelRef XCom dict; ``champion_version`` is the champion for this cut-off afterwards."""
+        """The ModelRef XCom dict; ``champion_version`` is the champion for this cut-off afterwards.
+
+        ``candidate_value``/``champion_value`` are the two numbers the gate compared and ``basis``
+        says how they were measured: ``rescored`` (both models on the same rows) or ``recorded``
+        (each version's own training-time metric).
+        """
         return {
             "name": self.name,
             "version": self.version,
@@ -180,4 +197,8 @@ class PromotionResult:
             "compared_with": self.compared_with,
             "data_cutoff": self.data_cutoff,
             "model_uri": f"models:/{self.name}/{self.version}",
+            "candidate_value": self.candidate_value,
+            "champion_value": self.champion_value,
+            "basis": self.basis,
+            "eval_rows": self.eval_rows,
         }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -15,18 +18,25 @@ from airflow_provider_dltrain.registry.client import (
     mlflow_client,
     set_tags,
 )
+from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, rescore, tracking_config
 from airflow_provider_dltrain.registry.gate import evaluate_gate, recorded_metric
 from airflow_provider_dltrain.registry.history import champion_as_of, settle_alias
 from airflow_provider_dltrain.registry.models import (
+    BASIS_RECORDED,
     DEFAULT_ALIAS,
     TAG_CANDIDATE_VALUE,
     TAG_CHAMPION_VALUE,
     TAG_COMPARED_WITH,
     TAG_DATA_CUTOFF,
     TAG_DECISION,
+    TAG_EVAL_DATA,
+    TAG_EVAL_FN,
+    TAG_EVAL_ROWS,
     TAG_GATE_ALIAS,
+    TAG_GATE_BASIS,
     TAG_GATE_CUTOFF,
     TAG_GATE_RULE,
+    TAG_HPARAMS,
     TAG_REASON,
     GateDecision,
     GateSpec,
@@ -48,19 +58,25 @@ def gate_and_promote(
     gate: GateSpec,
     data_cutoff: Any,
     alias: str = DEFAULT_ALIAS,
+    evaluation: GateEvaluation | None = None,
 ) -> PromotionResult:
     """Compare a version with the champion for ``data_cutoff``; record why; promote if it passes.
 
+    With ``evaluation`` both models are loaded from the registry and scored by one function on the
+    same rows (basis ``rescored``); without it each version's recorded metric is compared, each
+    measured on its own validation rows (basis ``recorded``, logged as a warning).
+
     Passing makes the version champion for ``data_cutoff`` onwards (history tags) and moves the live
     ``alias`` only if no promotion for a later cut-off exists. The decision is recorded as version
-    tags (``dltrain.gate.*``, decision last); calling again with the same gate replays the recorded
-    decision instead of comparing the version with itself.
+    tags (``dltrain.gate.*``, decision last); calling again with the same gate and evaluation
+    replays the recorded decision instead of comparing (or scoring) anything again.
     """
     client = mlflow_client(tracking)
     check_name(alias, "alias")
     cutoff = normalize_date(data_cutoff, "data_cutoff")
     mv = get_version(client, model_name, version)
-    if _decided(mv, alias, cutoff, gate):
+    rule = evaluation.rule(gate) if evaluation is not None else gate.rule
+    if _decided(mv, alias, cutoff, rule):
         log.info(
             "%s v%s was already gated for cut-off %s; replaying the recorded decision.",
             model_name,
@@ -69,16 +85,44 @@ def gate_and_promote(
         )
         return _finish(client, mv, alias, cutoff)
     champion = champion_as_of(client, model_name, cutoff, alias, exclude_version=mv.version)
+    if evaluation is not None:
+        values = rescore(tracking_config(tracking, client), evaluation, gate.metric, mv, champion)
+    else:
+        values = _recorded(client, gate, mv, champion)
+    decision = evaluate_gate(gate, values.candidate_value, values.champion_value, _version(champion))
+    decision = dataclasses.replace(decision, reason=decision.reason + values.note)
+    _record(client, mv, alias, cutoff, rule, decision, values)
+    return _finish(client, get_version(client, model_name, mv.version), alias, cutoff)
+
+
+def _recorded(
+    client: Any, gate: GateSpec, mv: ModelVersionInfo, champion: ModelVersionInfo | None
+) -> GateValues:
+    """Each version's recorded metric (today's training-time numbers, on different rows)."""
     candidate_value = recorded_metric(client, mv, gate.metric)
     if candidate_value is None:
         raise InvalidSpecError(
-            f"{model_name} v{mv.version} has no metric {gate.metric!r} (no version tag, not on run "
+            f"{mv.name} v{mv.version} has no metric {gate.metric!r} (no version tag, not on run "
             f"{mv.run_id}): log it during training or gate on a metric the run reports."
         )
-    champion_value = recorded_metric(client, champion, gate.metric) if champion else None
-    decision = evaluate_gate(gate, candidate_value, champion_value, champion.version if champion else None)
-    _record(client, mv, alias, cutoff, gate, decision)
-    return _finish(client, get_version(client, model_name, mv.version), alias, cutoff)
+    if champion is None:
+        return GateValues(candidate_value, None, BASIS_RECORDED)
+    log.warning(
+        "Gating %s v%s on recorded %r values, each measured on its own validation rows, which may "
+        "differ from v%s's: pass an evaluation (evaluate_fn=...) to score both on the same rows.",
+        mv.name,
+        mv.version,
+        gate.metric,
+        champion.version,
+    )
+    note = "; recorded values, each measured on its own validation rows"
+    return GateValues(
+        candidate_value, recorded_metric(client, champion, gate.metric), BASIS_RECORDED, note=note
+    )
+
+
+def _version(mv: ModelVersionInfo | None) -> int | None:
+    return mv.version if mv is not None else None
 
 
 def register_and_promote(
@@ -92,12 +136,18 @@ def register_and_promote(
     data_cutoff: Any = None,
     alias: str = DEFAULT_ALIAS,
     registration_key: str | None = None,
+    evaluation: GateEvaluation | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> PromotionResult:
     """Register the run's model once, then gate and promote it (see :func:`gate_and_promote`).
 
     Everything that can be checked is checked before anything is written: the gate metric must be
-    in ``metrics`` (when given) and the data cut-off must be known (``data_cutoff`` or the run's
-    ``dltrain.data_cutoff`` tag).
+    in ``metrics`` (when given), the evaluation function must import, and the data cut-off must be
+    known (``data_cutoff`` or the run's ``dltrain.data_cutoff`` tag).
+
+    :param params: the training run's hyper-parameters (``TrainResult.params``), stored on the
+        version as ``dltrain.hparams`` JSON: a re-scoring gate gives them to ``evaluate_fn`` as
+        ``ctx.hparams`` (MLflow's own run params are flattened strings).
     """
     client = mlflow_client(tracking)
     check_name(model_name, "model_name")
@@ -107,18 +157,40 @@ def register_and_promote(
             f"metric {gate.metric!r} is not in the training result's metrics {sorted(metrics)}: "
             f"set metric= to one of them or log {gate.metric!r} in the training function."
         )
+    if evaluation is not None:
+        evaluation.function()
     cutoff = normalize_date(data_cutoff or _run_cutoff(client, run_id), "data_cutoff")
+    hparams_tag = _hparams_tag(params)
     mv = register_model(
         client,
         model_name=model_name,
         model_uri=model_uri,
         run_id=run_id,
         metrics=metrics,
+        tags=hparams_tag,
         registration_key=registration_key,
     )
+    if hparams_tag and mv.tags.get(TAG_HPARAMS) != hparams_tag[TAG_HPARAMS]:  # registered before it was kept
+        set_tags(client, mv.name, mv.version, hparams_tag)
     return gate_and_promote(
-        client, model_name=model_name, version=mv.version, gate=gate, data_cutoff=cutoff, alias=alias
+        tracking if tracking is not None else client,
+        model_name=model_name,
+        version=mv.version,
+        gate=gate,
+        data_cutoff=cutoff,
+        alias=alias,
+        evaluation=evaluation,
     )
+
+
+def _hparams_tag(params: Mapping[str, Any] | None) -> dict[str, str]:
+    if not params:
+        return {}
+    text = json.dumps(dict(params), sort_keys=True, default=str)
+    if len(text) > 5000:  # MLflow's tag limit: a gate falls back to the run's flattened params
+        log.warning("Hyper-parameters are %d characters of JSON; not stored as %r.", len(text), TAG_HPARAMS)
+        return {}
+    return {TAG_HPARAMS: text}
 
 
 def _run_cutoff(client: Any, run_id: str | None) -> str:
@@ -131,25 +203,44 @@ def _run_cutoff(client: Any, run_id: str | None) -> str:
     return str(cutoff)
 
 
-def _decided(mv: ModelVersionInfo, alias: str, cutoff: str, gate: GateSpec) -> bool:
+def _decided(mv: ModelVersionInfo, alias: str, cutoff: str, rule: str) -> bool:
     tags = mv.tags
     return (
         tags.get(TAG_DECISION) in ("promoted", "rejected")
         and tags.get(TAG_GATE_ALIAS) == alias
         and tags.get(TAG_GATE_CUTOFF) == cutoff
-        and tags.get(TAG_GATE_RULE) == gate.rule
+        and tags.get(TAG_GATE_RULE) == rule
     )
 
 
+_EVAL_TAGS = (TAG_EVAL_FN, TAG_EVAL_DATA, TAG_EVAL_ROWS)
+
+
 def _record(
-    client: Any, mv: ModelVersionInfo, alias: str, cutoff: str, gate: GateSpec, decision: GateDecision
+    client: Any,
+    mv: ModelVersionInfo,
+    alias: str,
+    cutoff: str,
+    rule: str,
+    decision: GateDecision,
+    values: GateValues,
 ) -> None:
-    """History tags first, the decision tag last: a crash in between leaves no decision to replay."""
+    """History tags first, the decision tag last: a crash in between leaves no decision to replay.
+
+    An earlier decision (under another rule) is removed first, so a crash midway can never pair
+    the new rule with the old decision.
+    """
+    delete_tags(client, mv, (TAG_DECISION, *_EVAL_TAGS))
     from_tag, at_tag = history_tags(alias)
     if decision.passed:
         set_tags(client, mv.name, mv.version, {from_tag: cutoff, at_tag: str(int(time.time() * 1000))})
     else:
         delete_tags(client, mv, (from_tag, at_tag))
+    evaluated = {
+        TAG_EVAL_FN: values.eval_fn,
+        TAG_EVAL_DATA: values.eval_data,
+        TAG_EVAL_ROWS: values.eval_rows,
+    }
     set_tags(
         client,
         mv.name,
@@ -157,7 +248,9 @@ def _record(
         {
             TAG_GATE_ALIAS: alias,
             TAG_GATE_CUTOFF: cutoff,
-            TAG_GATE_RULE: gate.rule,
+            TAG_GATE_RULE: rule,
+            TAG_GATE_BASIS: values.basis,
+            **{key: _text(value)[:5000] for key, value in evaluated.items() if value is not None},
             TAG_CANDIDATE_VALUE: _text(decision.candidate_value),
             TAG_CHAMPION_VALUE: _text(decision.champion_value),
             TAG_COMPARED_WITH: _text(decision.champion_version),
@@ -179,7 +272,8 @@ def _finish(client: Any, mv: ModelVersionInfo, alias: str, cutoff: str) -> Promo
             "(a later cut-off was promoted)"
         )
     champion_now = champion_as_of(client, mv.name, cutoff, alias)
-    compared = mv.tags.get(TAG_COMPARED_WITH)
+    tags = mv.tags
+    compared = tags.get(TAG_COMPARED_WITH)
     return PromotionResult(
         name=mv.name,
         version=mv.version,
@@ -190,8 +284,16 @@ def _finish(client: Any, mv: ModelVersionInfo, alias: str, cutoff: str) -> Promo
         holds_alias=holds,
         compared_with=int(compared) if compared else None,
         champion_version=champion_now.version if champion_now else None,
+        candidate_value=_number(tags.get(TAG_CANDIDATE_VALUE)),
+        champion_value=_number(tags.get(TAG_CHAMPION_VALUE)),
+        basis=tags.get(TAG_GATE_BASIS) or BASIS_RECORDED,  # decided before bases were recorded
+        eval_rows=int(tags[TAG_EVAL_ROWS]) if tags.get(TAG_EVAL_ROWS) else None,
     )
 
 
 def _text(value: Any) -> str:
     return "" if value is None else (repr(value) if isinstance(value, float) else str(value))
+
+
+def _number(text: str | None) -> float | None:
+    return float(text) if text else None

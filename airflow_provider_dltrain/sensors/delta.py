@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-PINS = ("newest", "partition_commit")
+PINS = ("newest", "partition_commit", "cutoff")
+_PARTITION_PINS = ("partition_commit", "cutoff")  # pins computed from the partition condition
 
 
 class DeltaTableVersionSensor(BaseSensorOperator):
@@ -39,10 +40,19 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     :param aws_conn_id: Amazon provider ``aws`` connection for ``s3://`` tables.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at the table (``poke_interval`` is an alias).
-    :param pin: which version to hand on once the conditions hold: ``"newest"`` (default), or
-        ``"partition_commit"`` — the version that last wrote ``partition``. Reading that version
-        gives the same bytes however many later partitions were appended since, which is what
-        makes a backfill of D reproduce the nightly run of D.
+    :param pin: which version to hand on once the conditions hold (both pins other than
+        ``"newest"`` need ``partition`` and refuse ``min_version``/``newer_than``):
+
+        - ``"newest"`` (default): the newest version.
+        - ``"partition_commit"``: the version that last wrote ``partition`` D. Reading it gives D
+          exactly as it is now, the same bytes however many later partitions were appended since:
+          what a task that reads *only* D needs for a backfill of D to reproduce the nightly run.
+          A restatement of an earlier partition after D was written is not in that version.
+        - ``"cutoff"``: the newest version that changed any partition ``<= D`` (string order per
+          column, right for ISO dates). Later partitions never move it, a restatement of an earlier
+          partition does: what a retraining DAG reading ``ds <= D`` needs, so that it sees restated
+          history and yet a re-run of D reads the same bytes as long as nothing up to D changed.
+          Since identical re-writes commit nothing, re-running an ETL date does not move it either.
     """
 
     template_fields: Sequence[str] = ("table_uri", "partition", "newer_than")
@@ -64,13 +74,13 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     ) -> None:
         if pin not in PINS:
             raise ValueError(f"pin must be one of {PINS}, got {pin!r}")
-        if pin == "partition_commit" and not partition:
-            raise ValueError("pin='partition_commit' needs a partition condition")
-        if pin == "partition_commit" and (min_version is not None or newer_than is not None):
-            # the pinned version is the partition's last write, which may be older than the floor
+        if pin in _PARTITION_PINS and not partition:
+            raise ValueError(f"pin={pin!r} needs a partition condition")
+        if pin in _PARTITION_PINS and (min_version is not None or newer_than is not None):
+            # the pinned version is an earlier write, which may be older than the floor
             raise ValueError(
-                "pin='partition_commit' cannot be combined with min_version or newer_than: the version "
-                "that last wrote the partition may be older than them; use pin='newest' for those"
+                f"pin={pin!r} cannot be combined with min_version or newer_than: the version it pins "
+                "may be older than them; use pin='newest' for those"
             )
         poke_interval = kwargs.pop("poke_interval", poll_interval)
         super().__init__(poke_interval=poke_interval, **kwargs)
@@ -87,16 +97,19 @@ class DeltaTableVersionSensor(BaseSensorOperator):
 
     def _pinned(self, ref: DeltaRef) -> dict[str, Any]:
         """The ``DeltaRef`` dict to hand on for a version that met every condition."""
-        if self.pin != "partition_commit":
+        if self.pin not in _PARTITION_PINS:
             return ref.to_dict()
-        from airflow_provider_dltrain.lake.history import partition_commit
+        from airflow_provider_dltrain.lake.history import cutoff_commit, partition_commit
 
+        pin, why = (
+            (partition_commit, "the commit that last wrote")
+            if self.pin == "partition_commit"
+            else (cutoff_commit, "the newest commit that changed a partition at or before")
+        )
         with fail_fast_on_user_error():
             storage = self.hook.get_storage_options(ref.uri)
-            pinned = partition_commit(ref.uri, dict(self.partition or {}), ref.version, storage)
-        self.log.info(
-            "pinned %s to version %d, the commit that last wrote %s", ref.uri, pinned.version, self.partition
-        )
+            pinned = pin(ref.uri, dict(self.partition or {}), ref.version, storage)
+        self.log.info("pinned %s to version %d, %s %s", ref.uri, pinned.version, why, self.partition)
         return pinned.to_dict()
 
     @cached_property

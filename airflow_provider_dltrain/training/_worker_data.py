@@ -19,3 +19,15 @@ class EpochBatches(IterableDataset):
         info = get_worker_info()
         worker, count = (info.id, info.num_workers) if info is not None else (0, 1)
         return iter_batches(self.spec, self.epoch, worker, count)
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seed numpy and ``random`` in a DataLoader worker from torch's seed for it (base seed + id)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)

@@ -9,6 +9,7 @@ operator subclass per place.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -37,7 +38,9 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, num_threads: int | None = None) -> None:
-        """:param num_threads: torch intra-op threads while training (default: torch's own choice)."""
+        """:param num_threads: torch intra-op threads while training (default: torch's count the
+        first time this process trains, kept for later runs whatever ``torch.set_num_threads`` did).
+        """
         self.num_threads = num_threads
 
     @property
@@ -48,8 +51,8 @@ class LocalBackend:
         import torch
 
         previous = torch.get_num_threads()
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
+        # CPU kernels split sums by thread: a fixed count per configuration keeps results bit-identical
+        torch.set_num_threads(self.num_threads or _default_threads())
         try:
             return execute(job, rank=0, world_size=1, local_rank=0)
         except Exception as err:
@@ -57,6 +60,13 @@ class LocalBackend:
             raise failure(job.run_dir, 1) from err
         finally:
             torch.set_num_threads(previous)
+
+
+@functools.cache
+def _default_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 @contextlib.contextmanager
@@ -79,7 +89,8 @@ def _inherit_sys_path() -> Iterator[None]:
 class TorchDistributorBackend:
     """DDP over ``num_processes`` processes launched by ``pyspark.ml.torch.distributor.TorchDistributor``.
 
-    ``local_mode=True`` runs torchrun on this machine (gloo on CPU, one thread per process);
+    ``local_mode=True`` runs torchrun on this machine (gloo on CPU, one thread per process unless
+    ``OMP_NUM_THREADS`` says otherwise - torchrun's rule, so the count is fixed per configuration);
     ``local_mode=False`` is the same call on a Spark cluster, one barrier task per process.
 
     :param num_processes: number of ranks.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
@@ -50,7 +50,9 @@ class DataFile:
 class ScanPlan:
     """Everything a worker needs to read exactly the selected rows, with no delta-rs and no network.
 
-    ``files`` are sorted by path, so every process sees the same row order.
+    ``files`` are sorted by path; the loader orders rows by content anyway, so neither the file
+    layout nor the file order changes what a run sees. ``content_fingerprint`` names the selected
+    rows (computed once by :func:`resolve`, in the launching process).
     """
 
     ref: DeltaRef
@@ -59,22 +61,16 @@ class ScanPlan:
     files: tuple[DataFile, ...]
     data_filter: DNF = ()
     storage_options: StorageOptions = field(default_factory=dict, repr=False)
+    content_fingerprint: str = ""
 
     @property
     def fingerprint(self) -> str:
-        """sha256 over the sorted relative paths of the selected files (plus any row-level filter).
-
-        Delta data files are immutable, so the same paths mean the same bytes, even when the table's
-        version number moved on because other partitions were added.
-        """
-        digest = hashlib.sha256()
-        for data_file in sorted(f.path for f in self.files):
-            digest.update(data_file.encode())
-            digest.update(b"\n")
-        if self.row_filter_columns:
-            # A predicate on a data column changes which rows of those files are read.
-            digest.update(json.dumps(self.data_filter, default=str).encode())
-        return digest.hexdigest()
+        """The content fingerprint :func:`resolve` computed (see :func:`content_fingerprint`)."""
+        if not self.content_fingerprint:
+            raise InvalidSpecError(
+                f"this ScanPlan of {self.ref.uri} has no content fingerprint; build plans with resolve()"
+            )
+        return self.content_fingerprint
 
     @property
     def row_filter_columns(self) -> tuple[str, ...]:
@@ -242,10 +238,76 @@ def resolve(
             key=lambda f: f.path,
         )
     )
-    plan = ScanPlan(
-        ref, schema, partition_columns, files, normalize_filter(data_filter), dict(storage_options or {})
+    plan = _prune(
+        ScanPlan(
+            ref, schema, partition_columns, files, normalize_filter(data_filter), dict(storage_options or {})
+        )
     )
-    return _prune(plan)
+    return replace(plan, content_fingerprint=content_fingerprint(plan))
+
+
+def content_fingerprint(plan: ScanPlan) -> str:
+    """sha256 over the sorted ``(partition path, content digest)`` of the selected partitions, plus
+    the filter JSON when it selects rows inside them (a predicate on a non-partition column).
+
+    Only the rows count, never file names: the same rows rewritten into other files, or the same
+    partitions selected from a later version that added others, give the same fingerprint. A
+    partition's digest is the one its commit recorded (``lake.digest``), else it is computed from
+    the selected files. An unpartitioned table is one partition, path ``""``, whose digest is
+    computed from all its files (read once here). Needs delta-rs: launching process only.
+    """
+    groups = _partition_groups(plan)
+    digests = _recorded_digests(plan, groups)
+    digest = hashlib.sha256(b"dltrain-content-v1\n")
+    for path in sorted(groups):
+        # a partition written by another tool, or with a value the lake API refuses: read it
+        value = digests.get(path) or _files_digest(plan, groups[path])
+        digest.update(f"{path}\t{value or '-'}\n".encode())
+    if plan.row_filter_columns:
+        digest.update(json.dumps(plan.data_filter, default=str).encode())
+    return digest.hexdigest()
+
+
+_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _partition_groups(plan: ScanPlan) -> dict[str, tuple[DataFile, ...]]:
+    """Selected files by partition path (columns in name order, as ``lake.digest`` names them)."""
+    groups: dict[str, list[DataFile]] = {}
+    for data_file in plan.files:  # files are pruned per partition: each partition is selected whole
+        path = "/".join(f"{c}={_NULL_PARTITION if v is None else v}" for c, v in sorted(data_file.partition))
+        groups.setdefault(path, []).append(data_file)
+    return {path: tuple(files) for path, files in groups.items()}
+
+
+def _recorded_digests(plan: ScanPlan, groups: dict[str, tuple[DataFile, ...]]) -> dict[str, str | None]:
+    """Digests of the partitions the lake API can name (one backward walk of the Delta log)."""
+    from airflow_provider_dltrain.exceptions import InvalidPartitionError
+    from airflow_provider_dltrain.lake import partition as part
+    from airflow_provider_dltrain.lake.digest import partition_digests
+
+    specs = {}
+    for path, files in groups.items():
+        try:
+            spec = part.validate_partition(dict(files[0].partition))
+        except InvalidPartitionError:
+            continue  # unpartitioned, a null value, or characters the lake API refuses
+        if part.path_of(spec, sorted(spec)) == path:
+            specs[path] = spec
+    if not specs:
+        return {}
+    return partition_digests(plan.ref.uri, plan.ref.version, specs.values(), plan.storage_options)
+
+
+def _files_digest(plan: ScanPlan, files: Sequence[DataFile]) -> str | None:
+    """The content digest of ``files``' rows, computed the way ``lake.digest`` computes a partition's."""
+    import pyarrow as pa
+
+    from airflow_provider_dltrain.lake.digest import state_of_files
+
+    fs, root = filesystem(plan.ref.uri, plan.storage_options)
+    schema = pa.schema([f for f in plan.schema if f.name not in plan.partition_columns])
+    return state_of_files(fs, [join(root, f.path) for f in files], schema).content_digest(schema)
 
 
 # Reader features under which a Parquet file's rows/columns are not the table's rows/columns.
@@ -277,10 +339,7 @@ def _prune(plan: ScanPlan) -> ScanPlan:
     _, root = filesystem(plan.ref.uri, plan.storage_options)
     by_path = {join(root, f.path): f for f in plan.files}
     kept = {fragment.path for fragment in plan.dataset().get_fragments(filter=expr)}
-    files = tuple(f for p, f in by_path.items() if p in kept)
-    return ScanPlan(
-        plan.ref, plan.schema, plan.partition_columns, files, plan.data_filter, plan.storage_options
-    )
+    return replace(plan, files=tuple(f for p, f in by_path.items() if p in kept))
 
 
 def fingerprint(
@@ -288,5 +347,5 @@ def fingerprint(
     data_filter: DataFilter | None = None,
     storage_options: StorageOptions | None = None,
 ) -> str:
-    """sha256 naming the exact bytes a run on ``ref`` + ``data_filter`` reads (``ScanPlan.fingerprint``)."""
+    """sha256 naming the rows a run on ``ref`` + ``data_filter`` reads (``ScanPlan.fingerprint``)."""
     return resolve(ref, data_filter, storage_options).fingerprint

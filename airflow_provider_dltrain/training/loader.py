@@ -2,6 +2,9 @@
 
 How rows are dealt out (same in every process, computed from the row count alone):
 
+* rows are first put in content order: by the split ``key`` (ties by a hash of the row), or by the
+  row hash when there is no key - never by file, so the same rows give the same batches whatever
+  files hold them (see :func:`content_order`);
 * the epoch order is ``arange(n)`` or a permutation seeded by ``(seed, epoch)`` - identical on
   every rank, independent of the world size;
 * the order is cut into global steps of ``batch_size * world_size`` rows, and each step into one
@@ -143,13 +146,14 @@ def _read(spec: LoaderSpec) -> _Loaded:
     plan = spec.plan
     needed = list(dict.fromkeys([*spec.columns, *([spec.key] if spec.key else [])]))
     expr = plan.expression()
-    fragments = sorted(plan.dataset().get_fragments(filter=expr), key=lambda f: f.path) if plan.files else []
-    # one file per thread (a Delta file is often a single row group); map() keeps the file order
+    fragments = list(plan.dataset().get_fragments(filter=expr)) if plan.files else []
+    # one file per thread (a Delta file is often a single row group); the order is fixed below
     with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
         tables = list(
             pool.map(lambda f: f.to_table(schema=plan.schema, columns=needed, filter=expr), fragments)
         )
     table = pa.concat_tables(tables) if tables else plan.schema.empty_table().select(needed)
+    table = table.take(content_order(table, spec.key))
     arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
     everything = np.arange(table.num_rows)
     rows: dict[Split, np.ndarray] = {None: everything}
@@ -158,6 +162,38 @@ def _read(spec: LoaderSpec) -> _Loaded:
         rows["validation"] = everything[is_val]
         rows["train"] = everything[~is_val]
     return _Loaded(arrays, rows)
+
+
+def content_order(table: pa.Table, key: str | None = None) -> np.ndarray:
+    """Positions ordering ``table``'s rows by ``key`` (ties by row content), or by row content alone.
+
+    The seeded shuffle permutes positions, so the rows must sit in an order that depends on the rows
+    only: the same rows stored in other files, in another order (a compaction, a rewrite of the same
+    partition) then give the same batches, the same weights and the same metrics. Rows equal in
+    every loaded column may swap places, which changes nothing a model can see.
+    """
+    import numpy as np
+
+    from airflow_provider_dltrain.lake.digest import row_hashes
+
+    if table.num_rows == 0:
+        return np.arange(0)
+    if key is None:
+        return np.argsort(row_hashes(table), kind="stable")
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = table.column(key)
+    try:
+        if pc.count_distinct(keys).as_py() == table.num_rows:  # unique keys: no tie to break, no hashing
+            return np.asarray(pc.sort_indices(keys))  # Arrow's sort is stable
+        ranked = pa.table({"key": keys, "row": pa.array(row_hashes(table), pa.uint64())})
+        return np.asarray(pc.sort_indices(ranked, sort_keys=[("key", "ascending"), ("row", "ascending")]))
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        raise SchemaMismatchError(
+            f"split key column {key!r} has type {keys.type}, which cannot be sorted; "
+            "use a string, number or date column as the key"
+        ) from err
 
 
 def _gather(loaded: _Loaded, positions: np.ndarray) -> Batch:
@@ -234,18 +270,31 @@ class DeltaLoader:
     def _batches(self, epoch: int) -> Iterator[Batch]:
         if self.num_workers <= 0:
             return iter_batches(self.spec, epoch)
+        import torch
         from torch.utils.data import DataLoader
 
-        from airflow_provider_dltrain.training._worker_data import EpochBatches
+        from airflow_provider_dltrain.training._worker_data import EpochBatches, seed_worker
 
+        s = self.spec
+        # torch draws the workers' base seed from this generator: fixed per (seed, epoch, rank)
+        generator = torch.Generator().manual_seed(_mix(s.seed, epoch, s.rank))
         return iter(
             DataLoader(
-                EpochBatches(self.spec, epoch),
+                EpochBatches(s, epoch),
                 batch_size=None,
                 num_workers=self.num_workers,
                 multiprocessing_context=self.multiprocessing_context,
+                worker_init_fn=seed_worker,
+                generator=generator,
             )
         )
+
+
+def _mix(*values: int) -> int:
+    """A 63-bit seed from several integers (numpy's SeedSequence: well spread, stable across versions)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([v % 2**63 for v in values]).generate_state(2, np.uint64)[0] >> 1)
 
 
 def _batch_rows(batch: Batch) -> int:

@@ -16,7 +16,7 @@ from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
 from airflow_provider_dltrain.training.data import DNF, DataFilter, ScanPlan, resolve
-from airflow_provider_dltrain.training.hashing import canonical_json, code_hash, params_hash
+from airflow_provider_dltrain.training.hashing import canonical_json, code_identity, params_hash
 from airflow_provider_dltrain.training.worker import RankJob, TrainFn
 
 log = logging.getLogger("airflow_provider_dltrain.training")
@@ -36,6 +36,7 @@ class TrainResult:
     code_hash: str = ""
     params_hash: str = ""
     world_size: int = 1
+    weights_sha256: str | None = None
     run_dir: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,14 +80,17 @@ def data_cutoff(data_filter: DNF, partition_columns: tuple[str, ...]) -> str | N
     return max(bounds) if bounds else None
 
 
-# The tags that identify a run's inputs: equal values mean the same bytes, code and settings.
+# The tags that identify a run's inputs: equal values mean the same rows, code and settings.
 IDENTITY_TAGS = ("dltrain.data_fingerprint", "dltrain.code_hash", "dltrain.params_hash")
 
 
-def _identity(fn: TrainFn, plan: ScanPlan, params: Mapping[str, Any]) -> dict[str, str]:
+def _identity(
+    fn: TrainFn, plan: ScanPlan, params: Mapping[str, Any], code_version: str | None
+) -> dict[str, str]:
+    """``IDENTITY_TAGS`` plus what the code hash was made of (``dltrain.code_modules``/``code_version``)."""
     return {
         "dltrain.data_fingerprint": plan.fingerprint,
-        "dltrain.code_hash": code_hash(fn),
+        **code_identity(fn, code_version).tags(),
         "dltrain.params_hash": params_hash(params),
     }
 
@@ -97,13 +101,15 @@ def run_identity(
     hparams: Mapping[str, Any] | None = None,
     data_filter: DataFilter | None = None,
     storage_options: StorageOptions | None = None,
+    code_version: str | None = None,
 ) -> dict[str, str]:
     """The ``IDENTITY_TAGS`` a run with these inputs would get, plus ``dltrain.data_cutoff`` when derivable.
 
     Compare them with a registered model version's tags to skip retraining on unchanged inputs.
+    Also returns ``dltrain.code_modules`` (or ``dltrain.code_version``), which explain the code hash.
     """
     plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
-    tags = _identity(load_train_fn(train_fn), plan, dict(hparams or {}))
+    tags = _identity(load_train_fn(train_fn), plan, dict(hparams or {}), code_version)
     cut = data_cutoff(plan.data_filter, plan.partition_columns)
     if cut:
         tags["dltrain.data_cutoff"] = cut
@@ -131,6 +137,7 @@ def run_training(
     tags: Mapping[str, str] | None = None,
     cutoff: str | None = None,
     storage_options: StorageOptions | None = None,
+    code_version: str | None = None,
 ) -> TrainResult:
     """Train ``train_fn`` on exactly ``dataset``'s version and record it in MLflow.
 
@@ -144,6 +151,11 @@ def run_training(
     :param tags: extra MLflow tags (the Airflow layer adds dag_id, run_id, logical date).
     :param cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound on a
         partition column in ``data_filter``.
+    :param code_version: names the code (a git SHA, a release) instead of hashing its source:
+        ``dltrain.code_hash`` becomes sha256 of ``"code_version:" + code_version``.
+
+    Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
+    bit-identical weights and metrics on CPU.
     """
     from airflow_provider_dltrain import __version__
 
@@ -159,7 +171,7 @@ def run_training(
         "dltrain.delta_version": str(plan.ref.version),
         "dltrain.data_filter": canonical_json(plan.data_filter),
         "dltrain.provider_version": __version__,
-        **_identity(fn, plan, params),
+        **_identity(fn, plan, params, code_version),
         "dltrain.backend": runner.name,
         "dltrain.world_size": str(runner.world_size),
     }
@@ -205,6 +217,7 @@ def run_training(
         code_hash=all_tags["dltrain.code_hash"],
         params_hash=all_tags["dltrain.params_hash"],
         world_size=runner.world_size,
+        weights_sha256=report.get("weights_sha256"),
         run_dir=job.run_dir,
     )
 

@@ -9,6 +9,7 @@ so the launcher can name the rank that failed first.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,7 +17,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -48,13 +49,47 @@ class RankJob:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed ``random``, numpy and torch identically in every rank (DDP also broadcasts rank 0's weights)."""
+    """Seed ``random``, numpy and torch (CPU and CUDA) identically in every rank.
+
+    DDP also broadcasts rank 0's initial weights; DataLoader workers are seeded from ``seed`` by
+    the loader. Kernels are made deterministic by :func:`deterministic_torch`.
+    """
     import numpy as np
     import torch
 
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+@contextlib.contextmanager
+def deterministic_torch() -> Iterator[None]:
+    """Run the block with deterministic torch kernels; the caller's settings come back afterwards.
+
+    On CPU an op without a deterministic kernel raises (``warn_only=False``): bit-identical runs are
+    the contract there. On CUDA such ops only warn, so a model using one still trains; cuBLAS gets
+    the fixed workspace it needs for reproducible matmuls and cuDNN stops benchmarking algorithms.
+    """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        # read when cuBLAS creates its handle: must be in place before the first CUDA matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    cudnn = torch.backends.cudnn
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        cudnn.benchmark,
+        cudnn.deterministic,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=cuda)
+    cudnn.benchmark, cudnn.deterministic = False, True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        cudnn.benchmark, cudnn.deterministic = before[2], before[3]
 
 
 def weights_digest(model: Any) -> str | None:
@@ -76,11 +111,12 @@ def _device(local_rank: int) -> Any:
 
 def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> dict[str, Any]:
     """Run ``train(ctx)`` as ``rank``; return this rank's report (metrics, model URI, weights digest)."""
+    import torch
+
     from airflow_provider_dltrain.training.context import TrainContext
     from airflow_provider_dltrain.training.tracking import MlflowRankTracker, RankTracker
 
     started = time.monotonic()
-    seed_everything(job.seed)
     tracker: RankTracker | None = None
     if rank == 0:
         os.makedirs(job.checkpoint_dir, exist_ok=True)
@@ -99,7 +135,9 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
         checkpoint_dir=job.checkpoint_dir,
         tracker=tracker,
     )
-    metrics = _check_metrics(job.train_fn(ctx))
+    with deterministic_torch():
+        seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
+        metrics = _check_metrics(job.train_fn(ctx))
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -107,6 +145,7 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
         "model_uri": ctx.model_uri,
         "weights_sha256": weights_digest(ctx.model),
         "rows_seen": ctx.rows_seen,
+        "torch_threads": torch.get_num_threads(),  # float sums depend on it: same count, same bits
         "logged_metric_keys": sorted(tracker.logged_keys) if tracker else [],
         "elapsed_s": round(time.monotonic() - started, 3),
     }

@@ -1,4 +1,4 @@
-"""Nightly runs D1..D5, then a backfill of D3, restated data for D2, a hyper-parameter change, lineage.
+"""The promise, end to end: nightly D1..D4; whole days re-run; a restated partition; backfills; lineage.
 
 Every run goes through the ``airflow dags test`` code path with the interval [D, D+1) a backfill of D
 gets, on the demo's embedded defaults (local Spark, Delta on disk, MLflow on SQLite).
@@ -20,8 +20,8 @@ from airflow_provider_dltrain import lake
 pytestmark = pytest.mark.slow
 
 START = date(2026, 11, 24)
-DATES = [(START + timedelta(days=i)).isoformat() for i in range(5)]
-D2, D3, D5 = DATES[1], DATES[2], DATES[4]
+DATES = [(START + timedelta(days=i)).isoformat() for i in range(4)]
+D2, D3, D4 = DATES[1], DATES[2], DATES[3]
 MODEL = "dltrain_digits"
 FAST = {"epochs": 6, "batch_size": 32, "lr": 0.003, "seed": 7}
 
@@ -81,10 +81,30 @@ class Demo:
     def live(self):
         return int(self.tracking.client().get_model_version_by_alias(MODEL, "champion").version)
 
-    def champions(self):
+    def champion_version(self, ds):
         from airflow_provider_dltrain.registry import champion_as_of
 
-        return {ds: champion_as_of(self.tracking, MODEL, ds).version for ds in DATES}
+        return champion_as_of(self.tracking, MODEL, ds).version
+
+    def champions(self):
+        return {ds: self.champion_version(ds) for ds in DATES}
+
+    def lineage(self, version):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_dltrain",
+                "lineage",
+                self.predictions,
+                "--version",
+                str(version),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "DLTRAIN_HOME": self.paths.home()},
+        ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +124,31 @@ def demo(tmp_path_factory):
         "versions": d.versions(),
         "live": d.live(),
         "champions": d.champions(),
+        "ingest_versions": {
+            ds: d.outcome("dltrain_ingest", ds)["xcom"]["ingest_images"]["version"] for ds in DATES
+        },
+        "pins": {
+            ds: d.outcome("dltrain_retrain", ds)["xcom"]["wait_for_partition"]["version"] for ds in DATES
+        },
+        "score_versions": {ds: d.outcome("dltrain_retrain", ds)["xcom"]["score"]["version"] for ds in DATES},
     }
     yield d
     if old is None:
         os.environ.pop("DLTRAIN_HOME", None)
     else:
         os.environ["DLTRAIN_HOME"] = old
+
+
+def _newest(uri):
+    return lake.DeltaLog(uri).latest_version()
+
+
+def _tables(demo):
+    return {
+        "digits": _newest(demo.digits),
+        "quarantine": _newest(demo.digits + "_quarantine"),
+        "predictions": _newest(demo.predictions),
+    }
 
 
 def test_nightly_runs_score_every_date_once_with_the_champion_for_that_date(demo):
@@ -120,57 +159,123 @@ def test_nightly_runs_score_every_date_once_with_the_champion_for_that_date(demo
     assert demo.nightly["live"] == demo.nightly["champions"][DATES[-1]]
 
 
+def test_rerunning_a_whole_day_twice_with_untouched_landing_files_changes_nothing(demo):
+    tables = _tables(demo)
+    for _ in range(2):
+        demo.run([("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})])
+        ingest = demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]
+        assert ingest["committed"] is False and ingest["version"] == demo.nightly["ingest_versions"][D2]
+        state = demo.outcome("dltrain_retrain", D2)
+        assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
+        assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]
+        assert _tables(demo) == tables  # no new version of any table
+        assert {ds: _rows(demo.predictions, ds) for ds in DATES} == demo.nightly["rows"]
+        assert demo.versions() == demo.nightly["versions"]
+        assert demo.live() == demo.nightly["live"]
+        assert demo.champions() == demo.nightly["champions"]
+
+
 def test_backfill_of_d3_reproduces_the_nightly_answer_and_trains_nothing(demo):
+    tables = _tables(demo)
     (outcome,) = demo.run([("dltrain_retrain", D3, {"hparams": FAST})])
     state = demo.outcome("dltrain_retrain", D3)
     assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
     with open(outcome.log_path) as log:
         assert "unchanged" in log.read()
+    assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D3]
+    assert _tables(demo) == tables
     assert _rows(demo.predictions, D3) == demo.nightly["rows"][D3]
-    files = _files_by_partition(demo.predictions)
-    assert {ds: f for ds, f in files.items() if ds != D3} == {
-        ds: f for ds, f in demo.nightly["files"].items() if ds != D3
-    }
+    assert _files_by_partition(demo.predictions) == demo.nightly["files"]
     assert demo.live() == demo.nightly["live"]
     assert demo.champions() == demo.nightly["champions"]
     assert demo.versions() == demo.nightly["versions"]
 
 
-def test_restated_d2_changes_only_d2_and_never_the_live_champion(demo):
-    labels = os.path.join(demo.paths.landing(), D2, "labels.csv")
-    with open(labels, "a", newline="") as fh:
-        csv.writer(fh).writerow(["no_label.png", 3])  # the missing label is supplied
+def _restate_d2(demo):
+    """Fix one label of D2 in the landing zone (the data provider corrected it)."""
+    path = os.path.join(demo.paths.landing(), D2, "labels.csv")
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    name, label = rows[1]
+    rows[1] = [name, str((int(label) + 1) % 10)]
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return f"{D2}/images/{name}", (int(label) + 1) % 10
+
+
+def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_model(demo):
+    before = _tables(demo)
     before_files = _files_by_partition(demo.predictions)
+    source_file, fixed_label = _restate_d2(demo)
     demo.run([("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})])
-    assert len(_rows(demo.digits, D2)) == 201
-    assert len(_rows(demo.predictions, D2)) == 201
+    ingest = demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]
+    restated = ingest["version"]
+    assert ingest["committed"] is True and restated == before["digits"] + 1
+    assert {
+        r["label"] for r in map(json.loads, _rows(demo.digits, D2)) if r["source_file"] == source_file
+    } == {fixed_label}
+
+    demo.run([("dltrain_retrain", D3, {"hparams": FAST})])
+    state = demo.outcome("dltrain_retrain", D3)
+    # the backfill of D3 sees the restated D2: pinned to the restatement, trained on it
+    assert state["xcom"]["wait_for_partition"]["version"] == restated
+    assert state["tasks"]["train"] == "success"
+    assert state["xcom"]["train"]["dataset"]["version"] == restated
+    register = state["xcom"]["register"]
+    champion = demo.champion_version(D3)
+    rows = [json.loads(r) for r in _rows(demo.predictions, D3)]
+    assert {r["model_version"] for r in rows} == {champion}
+    assert {r["input_version"] for r in rows} == {restated}
+    mv = demo.tracking.client().get_model_version(MODEL, str(register["version"]))
+    assert mv.tags["dltrain.gate.basis"] == "rescored"
+    assert json.loads(mv.tags["dltrain.gate.eval_data"])["delta_ref"]["version"] == restated
+    if champion == register["version"]:  # the new model won on the restated rows
+        assert json.loads(mv.tags["dltrain.delta_ref"])["version"] == restated
+    else:  # the champion kept its place after being re-scored on the same (restated) rows
+        assert register["compared_with"] == champion
+    # later dates were not re-run: their predictions are untouched
     after_files = _files_by_partition(demo.predictions)
-    assert after_files[D2] != before_files[D2]
-    assert {ds: f for ds, f in after_files.items() if ds != D2} == {
-        ds: f for ds, f in before_files.items() if ds != D2
-    }
-    assert demo.live() == demo.nightly["live"]
+    assert after_files[D4] == before_files[D4] and after_files[DATES[0]] == before_files[DATES[0]]
+    # lineage of the new D3 predictions names the restatement of D2
+    out = demo.lineage(state["xcom"]["score"]["version"])
+    assert f"ds={D2}: version {restated}" in out
 
 
 def test_changing_a_hyper_parameter_retrains(demo):
     before = demo.versions()
-    demo.run([("dltrain_retrain", D5, {"hparams": {**FAST, "lr": 0.002}})])
-    state = demo.outcome("dltrain_retrain", D5)
+    demo.run([("dltrain_retrain", D4, {"hparams": {**FAST, "lr": 0.002}})])
+    state = demo.outcome("dltrain_retrain", D4)
     assert state["tasks"]["train"] == "success"
     assert len(demo.versions()) == len(before) + 1
 
 
-def test_lineage_command_traces_predictions_back_to_the_ingest_commit(demo):
+def test_lineage_command_traces_predictions_back_to_every_ingest_commit(demo):
+    out = demo.lineage(demo.nightly["score_versions"][D3])
+    champion = demo.nightly["champions"][D3]
+    assert f"model {MODEL} version {champion}" in out
+    assert "MLflow run " in out and "val_accuracy=" in out
+    assert f"trained on {demo.digits} version" in out and "data cut-off" in out
+    for ds in DATES[:3]:  # every partition the training data came from, with the commit that wrote it
+        assert f"ds={ds}: version {demo.nightly['ingest_versions'][ds]}" in out
+    assert "dltrain_ingest /" in out and "ingest_images" in out
+    assert f"'ds': '{D3}'" in out
+
+
+def test_champion_command_prints_the_history_and_the_champion_for_a_date(demo):
     out = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dltrain", "lineage", demo.predictions, "--version", "2"],
+        [sys.executable, "-m", "airflow_provider_dltrain", "champion", MODEL, "--as-of", D3],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "DLTRAIN_HOME": demo.paths.home()},
     ).stdout
-    champion = demo.nightly["champions"][D3]
-    assert f"model {MODEL} version {champion}" in out
-    assert "MLflow run " in out and "val_accuracy=" in out
-    assert f"trained on {demo.digits} version" in out and "data cut-off" in out
-    assert "ingest commit version" in out and "dltrain_ingest /" in out and "ingest_images" in out
-    assert f"'ds': '{D3}'" in out
+    assert f"champion for {D3}: v{demo.champion_version(D3)}" in out
+    assert f"from {DATES[0]}  v{demo.nightly['champions'][DATES[0]]}" in out
+
+
+def test_a_date_before_the_dags_start_date_fails_naming_the_dag_and_its_start_date(demo):
+    from airflow_provider_dltrain.demo.run import run_dags
+
+    (outcome,) = run_dags([("dltrain_ingest", "2026-03-01", None)], demo.env)
+    assert not outcome.ok
+    assert "dltrain_ingest" in outcome.tail and "2026-11-01" in outcome.tail and "start_date" in outcome.tail

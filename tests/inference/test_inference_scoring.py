@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -59,12 +60,16 @@ def test_scoring_by_uri_keeps_keys_and_adds_predictions_model_and_input_version(
     assert info["dltrain.input_version"] == str(input_table.version)
 
 
-def test_rerun_of_same_partition_leaves_one_copy_of_each_row(spark, store, input_table, tmp_path):
+def test_rerun_of_same_partition_commits_nothing_and_leaves_one_copy_of_each_row(
+    spark, store, input_table, tmp_path
+):
     out = str(tmp_path / "scores")
     first = _score(spark, store, input_table, out)
+    files = sorted(os.listdir(tmp_path / "scores" / f"ds={DAY['ds']}"))
     second = _score(spark, store, input_table, out)
 
-    assert second.version == first.version + 1
+    assert second.version == first.version  # same predictions: no new version, no new files
+    assert sorted(os.listdir(tmp_path / "scores" / f"ds={DAY['ds']}")) == files
     rows = _rows(out)
     assert rows.num_rows == ROWS_PER_DAY
     assert len(set(rows.column("id").to_pylist())) == ROWS_PER_DAY

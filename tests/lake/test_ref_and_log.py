@@ -30,8 +30,8 @@ def test_latest_version_and_partition_presence_follow_commits(tmp_path):
     assert lake.DeltaLog(uri).latest_version() is None
     with pytest.raises(TableNotFoundError):
         lake.latest(uri)
-    for i in range(25):
-        _write(uri, f"2026-11-{(i % 5) + 1:02d}")
+    for i in range(25):  # new rows each time: an identical re-write would commit nothing
+        _write(uri, f"2026-11-{(i % 5) + 1:02d}", n=i + 1)
     assert lake.latest(uri).version == 24
     assert lake.has_partition(uri, 0, {"ds": "2026-11-01"})
     assert not lake.has_partition(uri, 0, {"ds": "2026-11-02"})

@@ -14,14 +14,19 @@ Writer = Callable[..., DeltaRef]
 
 @pytest.fixture
 def write_version() -> Writer:
-    """Commit one small partition overwrite to a table; returns the new version's ``DeltaRef``."""
+    """Commit one small partition overwrite to a table; returns the new version's ``DeltaRef``.
+
+    Every call writes new values: a re-write of identical rows would commit nothing.
+    """
+    calls = iter(range(1_000_000))
 
     def write(uri: str, ds: str, rows: int = 2, storage_options: dict[str, str] | None = None) -> DeltaRef:
         import pyarrow as pa
 
         from airflow_provider_dltrain.lake import overwrite_partition
 
-        data = pa.table({"x": pa.array(range(rows), pa.int64())})
+        base = next(calls) * 1000
+        data = pa.table({"x": pa.array(range(base, base + rows), pa.int64())})
         return overwrite_partition(uri, data, {"ds": ds}, storage_options=storage_options)
 
     return write

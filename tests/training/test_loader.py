@@ -7,6 +7,7 @@ import itertools
 import pyarrow as pa
 import pytest
 import torch
+from deltalake import write_deltalake
 from training_digits import DAYS, digits_partition, write_digits
 
 from airflow_provider_dltrain import lake
@@ -127,11 +128,20 @@ def test_fingerprint_is_the_same_when_the_same_files_are_selected_from_a_newer_v
     assert fingerprint(digits_ref, cutoff) != fingerprint(digits_ref, [*cutoff, ["label", "<", 5]])
 
 
-def test_fingerprint_changes_when_a_partition_is_rewritten(tmp_path):
+def test_fingerprint_follows_the_rows_of_a_rewritten_partition_not_its_files(tmp_path):
     uri = str(tmp_path / "digits")
     before = write_digits(uri, DAYS[:2])
-    after = lake.overwrite_partition(uri, digits_partition(1, 2), {"ds": DAYS[1]})  # same rows, new files
-    assert fingerprint(before) != fingerprint(after)
+    rows = digits_partition(1, 2)
+    rows = rows.take(list(range(rows.num_rows))[::-1]).append_column(
+        "ds", pa.array([DAYS[1]] * rows.num_rows)
+    )
+    # the same rows in reverse order and new files, by another writer (no digest in its commit)
+    write_deltalake(uri, rows, mode="overwrite", predicate=f"ds = '{DAYS[1]}'")
+    same = lake.ref_at(uri, before.version + 1)
+    assert resolve(same).files != resolve(before).files
+    assert fingerprint(same) == fingerprint(before)
+    fewer = lake.overwrite_partition(uri, digits_partition(1, 2).slice(1), {"ds": DAYS[1]})  # one row less
+    assert fingerprint(fewer) != fingerprint(before)
 
 
 def test_list_columns_become_dense_tensors_and_ragged_lists_are_refused(tmp_path, digits_ref):

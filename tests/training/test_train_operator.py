@@ -157,7 +157,9 @@ def test_operator_templates_its_inputs_and_composes_the_backend():
         backend="torch_distributor",
         backend_options={"num_processes": 2},
     )
-    assert {"dataset", "hparams", "data_filter", "data_cutoff", "experiment_name"} <= set(op.template_fields)
+    assert {"dataset", "hparams", "data_filter", "data_cutoff", "experiment_name", "code_version"} <= set(
+        op.template_fields
+    )
     assert any(isinstance(link, MlflowRunLink) for link in op.operator_extra_links)
     assert op.backend_options == {"num_processes": 2} and op.mlflow_conn_id == "mlflow_default"
 
@@ -222,3 +224,4 @@ def test_training_is_skipped_only_when_the_champion_for_the_cutoff_had_the_same_
     assert reason(hparams='{"epochs": 1, "batch_size": 32}') is None  # new hyper-parameters
     assert reason(data_filter=[["ds", "<=", DAYS[3]]]) is None  # a later cut-off reads a new day's files
     assert reason(train_fn="training_fns:failing_train") is None  # other code
+    assert reason(code_version="v2") is None  # a named code version instead of the source hash

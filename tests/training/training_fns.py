@@ -62,3 +62,26 @@ def failing_train(ctx: Any) -> dict[str, float]:
         raise ValueError(f"boom on rank {ctx.rank}")
     ctx.barrier()
     return {"never": 0.0}
+
+
+def keyless_train(ctx: Any) -> dict[str, float]:
+    """A small MLP with dropout on all rows, no split key: the row order comes from row content alone."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    model = ctx.wrap(nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(ctx.hparams.get("lr", 0.1)))
+    loader = ctx.dataloader(int(ctx.hparams.get("batch_size", 16)), columns=["features", "label"])
+    loss_sum, count = 0.0, 0
+    for _ in range(int(ctx.hparams.get("epochs", 2))):
+        loss_sum, count = 0.0, 0
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(batch["features"]), batch["label"])
+            loss.backward()
+            optimizer.step()
+            loss_sum, count = loss_sum + loss.item() * len(batch["label"]), count + len(batch["label"])
+    totals = ctx.allreduce({"loss_sum": loss_sum, "count": count})
+    ctx.save_model(model)
+    return {"train_loss": totals["loss_sum"] / max(totals["count"], 1.0)}

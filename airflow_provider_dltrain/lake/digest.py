@@ -1,0 +1,411 @@
+"""Order-independent content digests of Delta partitions: same rows, same digest, whatever the files.
+
+Every row hashes to 64 bits over all its columns (taken in column-name order, so the column order of
+a file does not matter). A partition's digest is a multiset hash of its rows: the row count and two
+wrapping sums of differently mixed row hashes. Sums commute, so neither the order of the rows, nor
+their split into files, nor which Spark task hashed them changes the digest, while a row written
+twice counts twice. Executors keep a :class:`DigestState` per task; the driver merges them.
+
+Hashes are built from bit patterns, blake2b and fixed constants, never Python's ``hash()``, so a
+digest is the same in every process and on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from airflow_provider_dltrain.lake.storage import StorageOptions
+
+# Commit metadata keys written by every partition overwrite of this provider.
+META_DIGEST = "dltrain.content_digest"  # digest of the partition's rows after the commit
+META_PARTITION = "dltrain.partition"  # canonical JSON of the partition spec the commit replaced
+
+# Bumped whenever the hashing changes: an old recorded digest then never equals a new one.
+_ALGORITHM = "dltrain-rows-v1"
+_MASK = (1 << 64) - 1
+_NULL = 0x6A09E667F3BCC908  # the hash of a null value, whatever its type
+_ROW_SEED = 0xBB67AE8584CAA73B
+_FIXED_SEED = 0x3C6EF372FE94F82B
+_POSITION_SEED = 0xA54FF53A5F1D36F1
+_LENGTH_SEED = 0x510E527FADE682D1
+_SUM_B_SEED = 0x9B05688C2B3E6C1F
+
+
+# -- types ------------------------------------------------------------------------------------
+def normalize_type(t: pa.DataType) -> str:
+    """The type as Delta sees it: string/large_string, list/large_list, dictionaries are one type."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if _is_list(t):
+        return f"list<{normalize_type(t.value_type)}>"
+    if pa.types.is_timestamp(t):
+        return "timestamp[tz]" if t.tz else "timestamp"
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{normalize_type(f.type)}" for f in t) + ">"
+    if pa.types.is_map(t):
+        return f"map<{normalize_type(t.key_type)},{normalize_type(t.item_type)}>"
+    if pa.types.is_dictionary(t):
+        return normalize_type(t.value_type)
+    return str(t)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    )
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary)
+    return any(is_kind(t) for is_kind in (*kinds, pa.types.is_large_binary, pa.types.is_binary_view))
+
+
+def canonical_schema(schema: pa.Schema) -> str:
+    """``name:type`` of every column, sorted by name, types normalised; nullability ignored."""
+    return ",".join(f"{f.name}:{normalize_type(f.type)}" for f in sorted(schema, key=lambda f: f.name))
+
+
+def canonical_partition(partition: Mapping[str, object]) -> str:
+    """The JSON stored under :data:`META_PARTITION`: keys sorted, no whitespace."""
+    return json.dumps({str(k): v for k, v in partition.items()}, sort_keys=True, separators=(",", ":"))
+
+
+# -- hashing ------------------------------------------------------------------------------------
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser; uint64 arithmetic wraps, which is what a 64-bit hash wants."""
+    import numpy as np
+
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _fmix(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finaliser: a second mix independent of :func:`_mix`, for the second sum."""
+    import numpy as np
+
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xFF51AFD7ED558CCD)
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xC4CEB9FE1A85EC53)
+    return x ^ (x >> np.uint64(33))
+
+
+def _blake64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _fixed_bits(arr: pa.Array) -> np.ndarray:
+    """Bit patterns of a fixed-width column as uint64 (nulls read as zero, masked later)."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = arr.type
+    if pa.types.is_floating(t):
+        values = arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+        values = values + 0.0  # -0.0 + 0.0 is +0.0: equal floats must hash equal
+        values[np.isnan(values)] = np.nan  # one NaN bit pattern, whatever the payload
+        return np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    if pa.types.is_timestamp(t):
+        # Delta stores microseconds: a nanosecond column must hash as what will be read back
+        arr = arr.cast(pa.timestamp("us", t.tz), safe=False)
+    elif pa.types.is_date64(t):
+        arr = arr.cast(pa.date32())
+    if pa.types.is_boolean(t):
+        return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64)
+    if not pa.types.is_integer(arr.type):  # temporal: their integer count of units, reinterpreted
+        arr = arr.view(pa.int64() if arr.type.bit_width == 64 else pa.int32())
+    values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+    if values.dtype.kind == "u":
+        return values.astype(np.uint64)
+    return values.astype(np.int64).view(np.uint64)
+
+
+def _is_fixed(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+    )
+
+
+def _list_hash(arr: pa.Array) -> np.ndarray:
+    """Element hashes mixed with their position, summed per list through cumulative sums."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        arr = arr.cast(pa.list_(arr.type.value_field))  # fixed-size lists and list views
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    low, high = int(offsets[0]), int(offsets[-1])
+    elements = _array_hash(arr.values.slice(low, high - low))
+    lengths = np.diff(offsets)
+    positions = np.arange(high - low, dtype=np.int64) - np.repeat(offsets[:-1] - low, lengths)
+    terms = _mix(elements ^ _mix(positions.astype(np.uint64) + np.uint64(_POSITION_SEED)))
+    sums = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(terms, dtype=np.uint64)])
+    bounds = offsets - low
+    per_list = sums[bounds[1:]] - sums[bounds[:-1]]  # wraps mod 2**64, like the sums
+    # the length keeps [] apart from a list of elements whose terms happen to cancel
+    return _mix(per_list ^ _fmix(lengths.astype(np.uint64) + np.uint64(_LENGTH_SEED)))
+
+
+def _bytes_hash(arr: pa.Array) -> np.ndarray:
+    import numpy as np
+
+    values = arr.to_pylist()
+    return np.fromiter(
+        (0 if v is None else _blake64(v.encode("utf-8") if isinstance(v, str) else v) for v in values),
+        dtype=np.uint64,
+        count=len(values),
+    )
+
+
+def _canonical(value: Any) -> Any:
+    """Nested Python values with -0.0 and NaN made canonical, as the numeric path does."""
+    import math
+
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else value + 0.0
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)  # Decimal, timedelta: their exact text
+
+
+def _json_hash(arr: pa.Array) -> np.ndarray:
+    """Structs, maps, decimals and whatever else: blake2b of each value's canonical JSON."""
+    import numpy as np
+
+    values = arr.to_pylist()
+    texts = (json.dumps(_canonical(v), sort_keys=True, separators=(",", ":")) for v in values)
+    return np.fromiter((_blake64(t.encode("utf-8")) for t in texts), dtype=np.uint64, count=len(values))
+
+
+def _array_hash(arr: pa.Array) -> np.ndarray:
+    """One uint64 per value of ``arr``; nulls get :data:`_NULL`."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if isinstance(arr.type, pa.ExtensionType):
+        arr = arr.storage
+    t = arr.type
+    if _is_fixed(t):
+        hashes = _mix(_fixed_bits(arr) + np.uint64(_FIXED_SEED))
+    elif _is_list(t):
+        hashes = _list_hash(arr)
+    elif _is_bytes(t):
+        hashes = _bytes_hash(arr)
+    else:
+        hashes = _json_hash(arr)
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        hashes = np.where(valid, hashes, np.uint64(_NULL))
+    return hashes.astype(np.uint64, copy=False)
+
+
+def _column_hash(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        parts = [_array_hash(chunk) for chunk in column.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    return _array_hash(column)
+
+
+def row_hashes(data: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """One 64-bit hash per row (numpy uint64) over every column's value; equal rows hash equal."""
+    import numpy as np
+
+    hashes = np.full(data.num_rows, _ROW_SEED, dtype=np.uint64)
+    for name in sorted(data.schema.names):
+        column = _column_hash(data.column(name))
+        hashes = _mix(hashes ^ _fmix(column ^ np.uint64(_blake64(name.encode("utf-8")))))
+    return hashes
+
+
+# -- the multiset digest ------------------------------------------------------------------------
+@dataclass
+class DigestState:
+    """Running multiset hash of rows: combine partial states from many executors in any order."""
+
+    rows: int = 0
+    sum_a: int = 0
+    sum_b: int = 0
+
+    def update(self, data: pa.Table | pa.RecordBatch) -> None:
+        import numpy as np
+
+        hashes = row_hashes(data)
+        self.rows += len(hashes)
+        self.sum_a = (self.sum_a + int(_mix(hashes).sum(dtype=np.uint64))) & _MASK
+        self.sum_b = (self.sum_b + int(_fmix(hashes ^ np.uint64(_SUM_B_SEED)).sum(dtype=np.uint64))) & _MASK
+
+    def merge(self, other: DigestState) -> DigestState:
+        return DigestState(
+            self.rows + other.rows, (self.sum_a + other.sum_a) & _MASK, (self.sum_b + other.sum_b) & _MASK
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        # sums as decimal strings: they exceed a JSON reader's or Spark's signed 64-bit integers
+        return {"rows": self.rows, "sum_a": str(self.sum_a), "sum_b": str(self.sum_b)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DigestState:
+        return cls(
+            int(data.get("rows", 0)), int(data.get("sum_a", 0)) & _MASK, int(data.get("sum_b", 0)) & _MASK
+        )
+
+    def hexdigest(self, schema: pa.Schema) -> str:
+        """sha256 hex of the schema (names + normalised types, partition columns excluded) and the rows."""
+        text = f"{_ALGORITHM}|{canonical_schema(schema)}|{self.rows}:{self.sum_a:016x}:{self.sum_b:016x}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def content_digest(self, schema: pa.Schema) -> str | None:
+        """:meth:`hexdigest`, or ``None`` for no rows: every empty partition is alike, whatever its schema."""
+        return self.hexdigest(schema) if self.rows else None
+
+
+# -- digests of committed partitions ------------------------------------------------------------
+def _fs_path(file_uri: str) -> str:
+    return file_uri.split("://", 1)[1] if "://" in file_uri else file_uri
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with exactly ``schema``'s columns: a column added to the table later reads as null."""
+    import pyarrow as pa
+
+    columns = [
+        data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.table(columns, names=schema.names)
+
+
+def state_of_files(fs: pafs.FileSystem, paths: Iterable[str], schema: pa.Schema) -> DigestState:
+    """The digest state of Parquet files' rows, one file in memory at a time."""
+    import pyarrow.parquet as pq
+
+    state = DigestState()
+    for path in paths:
+        with fs.open_input_file(path) as handle:
+            state.update(_conform(pq.read_table(handle), schema))
+    return state
+
+
+def _computed_digest(
+    uri: str, version: int, spec: Mapping[str, str], storage_options: StorageOptions | None
+) -> str | None:
+    """Digest of the partition's live files at ``version``, read back (partition columns left out)."""
+    import pyarrow as pa
+
+    from airflow_provider_dltrain.lake import partition as part
+    from airflow_provider_dltrain.lake.storage import filesystem
+    from airflow_provider_dltrain.lake.table import open_table
+
+    table = open_table(uri, version, storage_options)
+    partition_columns = set(table.metadata().partition_columns)
+    schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name not in partition_columns])
+    uris = table.file_uris(file_pruning_predicate=part.filters(dict(spec)))
+    fs, _ = filesystem(uri, storage_options)
+    return state_of_files(fs, [_fs_path(u) for u in uris], schema).content_digest(schema)
+
+
+def digests_and_commits(
+    uri: str,
+    version: int,
+    partitions: Iterable[Mapping[str, object]],
+    storage_options: StorageOptions | None = None,
+) -> dict[str, tuple[str | None, int | None]]:
+    """``{partition path: (digest, version of the commit that last wrote it)}``; the version is
+    ``None`` when the partition has no rows or its last write is older than the retained log.
+    """
+    from airflow_provider_dltrain.lake import history
+    from airflow_provider_dltrain.lake import partition as part
+    from airflow_provider_dltrain.lake.log import DeltaLog
+    from airflow_provider_dltrain.lake.table import has_partition
+
+    specs = {}
+    for partition in partitions:
+        spec = part.validate_partition(partition)
+        specs[part.path_of(spec, sorted(spec))] = spec
+    result: dict[str, tuple[str | None, int | None]] = {path: (None, None) for path in specs}
+    # a partition with no live file needs no walk: the walk for it would read the whole log
+    live = {path: spec for path, spec in specs.items() if has_partition(uri, version, spec, storage_options)}
+    log = DeltaLog(uri, storage_options)
+    writes = history.newest_writes(
+        log, version, [history.key_of(s) for s in live.values()], "partitions", stop_at_gap=True
+    )
+    for path, spec in live.items():
+        commit = writes.get(history.key_of(spec))
+        recorded = commit.info if commit is not None else {}
+        digest = recorded.get(META_DIGEST)
+        if not digest or recorded.get(META_PARTITION) != canonical_partition(spec):
+            # written before digests were recorded, by another tool, or its commit is gone
+            digest = _computed_digest(uri, version, spec, storage_options)
+        result[path] = (digest, commit.version if commit is not None else None)
+    return result
+
+
+def partition_digest(
+    uri: str,
+    version: int,
+    partition: Mapping[str, object],
+    storage_options: StorageOptions | None = None,
+) -> str | None:
+    """Digest of ``partition`` as it stands at ``version``: recorded by the commit that wrote it, or
+    computed from its live files when that commit recorded none. ``None`` when the partition has no rows.
+    """
+    return next(iter(partition_digests(uri, version, [partition], storage_options).values()))
+
+
+def partition_digests(
+    uri: str,
+    version: int,
+    partitions: Iterable[Mapping[str, object]],
+    storage_options: StorageOptions | None = None,
+) -> dict[str, str | None]:
+    """``{partition path ("ds=2026-11-24"): digest}`` for many partitions, one backward walk of the log.
+
+    A path names the partition's columns in name order.
+    """
+    found = digests_and_commits(uri, version, partitions, storage_options)
+    return {path: digest for path, (digest, _) in found.items()}
