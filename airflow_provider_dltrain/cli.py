@@ -47,6 +47,20 @@ def cmd_champion(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.lake.maintenance import vacuum
+
+    result = vacuum(
+        args.table_uri, retention_hours=args.retention_hours, dry_run=args.dry_run, force=args.force
+    )
+    for path in result.files:
+        print(path)
+    verb = "would remove" if result.dry_run else "removed"
+    retention = "the table's retention" if result.retention_hours is None else f"{result.retention_hours}h"
+    print(f"{verb} {len(result.files)} unreferenced file(s) older than {retention} from {result.uri}")
+    return 0
+
+
 def _tracking_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tracking-uri",
@@ -85,6 +99,24 @@ def build_parser() -> argparse.ArgumentParser:
     champion.add_argument("--alias", default="champion")
     _tracking_option(champion)
     champion.set_defaults(func=cmd_champion)
+    vacuum = sub.add_parser(
+        "vacuum",
+        help="remove files no version of a Delta table references (removed ones, and those of killed writes)",
+    )
+    vacuum.add_argument("table_uri")
+    vacuum.add_argument(
+        "--retention-hours",
+        type=int,
+        default=None,
+        help="only files older than this (default: the table's delta.deletedFileRetentionDuration, 7 days)",
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
+    vacuum.add_argument(
+        "--force",
+        action="store_true",
+        help="accept --retention-hours below the table's retention (only when no write is running)",
+    )
+    vacuum.set_defaults(func=cmd_vacuum)
     return parser
 
 

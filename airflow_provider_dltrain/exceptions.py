@@ -37,12 +37,20 @@ class TableNotFoundError(DltrainUserError):
     """The Delta table (or the requested version) does not exist."""
 
 
+class UnsafeModelError(DltrainUserError):
+    """A model would run code while loading (pickle format, bundled code) and was not allowed to."""
+
+
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
 
 class DltrainTransientError(DltrainError):
     """A failure that may succeed on retry (a commit conflict, a lost worker, a network error)."""
+
+
+class InputNotFoundError(DltrainTransientError):
+    """A raw input path of an ETL task does not exist (yet): retried, since data often lands late."""
 
 
 class CommitConflictError(DltrainTransientError):

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake.log import DeltaLog
-from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 
 
 def _committed_by(info: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +141,43 @@ def lineage(
         chain["scored_input_commit"] = _commit(
             info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options
         )
+        if chain.get("training_partitions") is not None:
+            chain["changed_since_training"] = _changed_since_training(chain, storage_options)
     return chain
+
+
+def _changed_since_training(
+    chain: dict[str, Any], storage_options: StorageOptions | None
+) -> list[dict[str, Any]]:
+    """Partitions of the model's training selection whose content differs in the scored input version.
+
+    Empty when the model was trained on exactly the data as it stood when these rows were scored. A
+    restatement of an earlier partition after the model was trained shows up here: the model kept
+    scoring because the gate judged it on the restated rows (or no run retrained since).
+    """
+    data = chain["model"]["training_data"]
+    scored = chain["scored_input_commit"]
+    if normalize_uri(scored["uri"]) != normalize_uri(data["uri"]) or scored["version"] == int(
+        data["version"]
+    ):
+        return []
+    trained = {_key(c): c for c in chain["training_partitions"]}
+    now = _training_partitions(
+        scored["uri"], scored["version"], chain["model"].get("data_filter"), storage_options
+    )
+    changed = []
+    for c in now:
+        before = trained.get(_key(c))
+        same = before is not None and (
+            (c.get("digest") and c.get("digest") == before.get("digest")) or c["version"] == before["version"]
+        )
+        if not same:
+            changed.append(c)
+    return changed
+
+
+def _key(commit: dict[str, Any]) -> str:
+    return json.dumps(commit.get("partition") or {}, sort_keys=True)
 
 
 def _who(commit: dict[str, Any]) -> str:
@@ -182,6 +218,12 @@ def format_lineage(chain: dict[str, Any]) -> str:
     if chain.get("scored_input_commit"):
         c = chain["scored_input_commit"]
         lines.append(f"  <- scored input {c['uri']} version {c['version']} by {_who(c)}")
+    changed = chain.get("changed_since_training")
+    if changed:
+        lines.append("  partitions changed since the model's training data (restated after it was trained):")
+        for c in changed:
+            where = ", ".join(f"{k}={v}" for k, v in sorted((c.get("partition") or {}).items()))
+            lines.append(f"     {where}: version {c['version']} ({c.get('timestamp')}) by {_who(c)}")
     return "\n".join(lines)
 
 

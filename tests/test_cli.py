@@ -42,33 +42,59 @@ def test_champion_command_names_a_model_that_is_not_registered(bare_env, tmp_pat
 
 
 def test_champion_command_prints_history_and_the_champion_for_a_date(bare_env, tmp_path):
-
+    from airflow_provider_dltrain.registry import GateSpec, gate_and_promote
     from airflow_provider_dltrain.registry.config import TrackingConfig
-    from airflow_provider_dltrain.registry.models import history_tags
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = TrackingConfig(tracking_uri=uri).client()
+    tracking = TrackingConfig(tracking_uri=uri)
+    client = tracking.client()
     client.create_registered_model("m")
-    from_tag, at_tag = history_tags("champion")
-    for version, cutoff in ((1, "2026-11-24"), (2, "2026-11-26")):
-        client.create_model_version("m", f"file:///tmp/m{version}")
-        for key, value in {
-            from_tag: cutoff,
-            at_tag: str(1_700_000_000_000 + version),
-            "dltrain.gate.decision": "promoted",
-            "dltrain.gate.rule": "val_accuracy max min_delta=0",
-            "dltrain.gate.candidate_value": "0.9",
-            "dltrain.gate.basis": "rescored",
-        }.items():
-            client.set_model_version_tag("m", str(version), key, value)
-    client.set_registered_model_alias("m", "champion", "2")
+    gate = GateSpec(metric="val_accuracy", mode="max")
+    for version, cutoff, value in ((1, "2026-11-24", "0.9"), (2, "2026-11-26", "0.95")):
+        client.create_model_version(
+            "m", f"file:///tmp/m{version}", tags={"dltrain.metric.val_accuracy": value}
+        )
+        assert gate_and_promote(
+            tracking, model_name="m", version=version, gate=gate, data_cutoff=cutoff
+        ).promoted
 
     out = _dltrain("champion", "m", "--as-of", "2026-11-25", "--tracking-uri", uri, env=bare_env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert any(line.startswith("  from 2026-11-24  v1") for line in lines)
-    assert any(line.startswith("  from 2026-11-26  v2") for line in lines)
+    assert any(line.startswith("  from 2026-11-24  v1") for line in lines), out.stdout
+    assert any(line.startswith("  from 2026-11-26  v2") and "vs v1 0.9" in line for line in lines), out.stdout
     assert "live alias 'champion': v2" in out.stdout
     assert "champion for 2026-11-25: v1" in out.stdout
     before = _dltrain("champion", "m", "--as-of", "2026-11-01", "--tracking-uri", uri, env=bare_env)
     assert "champion for 2026-11-01: none" in before.stdout
+
+
+def test_vacuum_command_removes_files_of_killed_writes_and_keeps_referenced_ones(bare_env, tmp_path):
+    import time
+
+    import pyarrow as pa
+
+    from airflow_provider_dltrain import lake
+
+    uri = str(tmp_path / "t")
+    lake.overwrite_partition(uri, pa.table({"x": [1, 2]}), {"ds": "2026-11-28"})
+    live = {os.path.basename(u) for u in lake.active_files(uri, 0)}
+    folder = tmp_path / "t" / "ds=2026-11-28"
+    then = time.time() - 9 * 24 * 3600
+    for name in ("part-killed.snappy.parquet", "part-cut.parquet#1"):
+        (folder / name).write_bytes(b"PAR1 half")
+        os.utime(folder / name, (then, then))
+
+    dry = _dltrain("vacuum", uri, "--dry-run", env=bare_env)
+    assert dry.returncode == 0, dry.stderr
+    assert "ds=2026-11-28/part-cut.parquet#1" in dry.stdout and "would remove 2" in dry.stdout
+    assert len(os.listdir(folder)) == 3
+
+    refused = _dltrain("vacuum", uri, "--retention-hours", "1", env=bare_env)
+    assert refused.returncode == 1 and "--force" in refused.stderr
+
+    done = _dltrain("vacuum", uri, env=bare_env)
+    assert done.returncode == 0, done.stderr
+    assert "removed 2 unreferenced file(s)" in done.stdout
+    assert set(os.listdir(folder)) == live
+    assert sorted(lake.open_table(uri).to_pyarrow_table().column("x").to_pylist()) == [1, 2]

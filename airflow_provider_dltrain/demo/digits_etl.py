@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 IMAGE_SIZE = 8
+NUM_CLASSES = 10
 
 
 def _decode(content: bytes, size: int) -> tuple[list[float] | None, str | None]:
@@ -58,16 +59,72 @@ def _decode_batches(batches: Iterator[Any], size: int) -> Iterator[Any]:
 
 
 def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) -> Any:
-    """Decode ``inputs["images"]`` (binaryFile) and join ``inputs["labels"]`` (CSV: file,label)."""
+    """Decode ``inputs["images"]`` (binaryFile) and join ``inputs["labels"]`` (CSV: file,label).
+
+    Every landed image yields exactly one row, good or quarantined with a reason that is the same on
+    every run: an undecodable or empty file, no label, several labels for the file, a label that is
+    not an integer or outside ``0..num_classes-1`` (``params["num_classes"]``, default 10). One bad
+    row never fails the day.
+    """
     from pyspark.sql import functions as F
 
     size = int(params.get("image_size", IMAGE_SIZE))
+    classes = int(params.get("num_classes", NUM_CLASSES))
     images = inputs["images"].select("path", "content")
     decoded = images.mapInPandas(
         lambda it: _decode_batches(it, size),
         "file string, source_file string, features array<float>, _error string",
     )
-    labels = inputs["labels"].select(F.col("file"), F.col("label").cast("long").alias("label"))
+    decoded = decoded.unionByName(_empty_files(spark, inputs))
+    # One row per file, whatever labels.csv holds: a duplicated file must not duplicate its image.
+    labels = (
+        inputs["labels"]
+        .select(F.col("file"), F.trim(F.col("label").cast("string")).alias("raw"))
+        .groupBy("file")
+        .agg(F.count(F.lit(1)).alias("n_labels"), F.min("raw").alias("raw"))
+    )
     joined = decoded.join(labels, on="file", how="left")
-    error = F.coalesce(F.col("_error"), F.when(F.col("label").isNull(), F.lit("missing label in labels.csv")))
-    return joined.select("features", "label", "source_file", error.alias("_error"))
+    # try_cast: a plain cast fails the whole job on one bad value under ANSI mode (CAST_INVALID_INPUT)
+    value = F.expr("try_cast(raw AS BIGINT)")
+    label_error = (
+        F.when(F.col("n_labels").isNull(), F.lit("missing label in labels.csv"))
+        .when(
+            F.col("n_labels") > 1,
+            F.format_string("%d labels for %s in labels.csv", F.col("n_labels"), F.col("file")),
+        )
+        .when(value.isNull(), F.format_string("label '%s' is not an integer", F.col("raw")))
+        .when(
+            (value < 0) | (value >= classes),
+            F.format_string("label %d outside 0..%d", value, F.lit(classes - 1)),
+        )
+    )
+    error = F.coalesce(F.col("_error"), label_error)
+    label = F.when(F.col("n_labels") == 1, value)
+    return joined.select("features", label.alias("label"), "source_file", error.alias("_error"))
+
+
+def _empty_files(spark: Any, inputs: dict[str, Any]) -> Any:
+    """Rows for the zero-byte images of the landing folder, which Spark's file sources skip silently.
+
+    The folder is that of the images read (or ``images/`` beside ``labels.csv`` when none could be
+    read), listed through Hadoop's FileSystem so that local, S3 and HDFS paths work alike.
+    """
+    import posixpath
+
+    schema = "file string, source_file string, features array<float>, _error string"
+    folders = {posixpath.dirname(p) for p in inputs["images"].inputFiles()}
+    if not folders:
+        folders = {posixpath.join(posixpath.dirname(p), "images") for p in inputs["labels"].inputFiles()}
+    jvm: Any = getattr(spark, "_jvm", None)  # absent under Spark Connect: no listing there
+    rows = []
+    for folder in sorted(folders) if jvm is not None else []:
+        path = jvm.org.apache.hadoop.fs.Path(folder)
+        fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            continue
+        for status in fs.listStatus(path):
+            name = status.getPath().getName()
+            if status.isFile() and status.getLen() == 0 and name.lower().endswith(".png"):
+                source = "/".join(str(status.getPath()).split("/")[-3:])
+                rows.append((name, source, None, "empty file"))
+    return spark.createDataFrame(rows, schema)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 
@@ -67,4 +67,18 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
 def read_inputs(
     spark: Any, inputs: Mapping[str, Any], storage_options: StorageOptions | None = None
 ) -> dict[str, Any]:
-    return {name: read_input(spark, spec, storage_options) for name, spec in (inputs or {}).items()}
+    """Every input by name; a raw path that does not exist raises :class:`InputNotFoundError` naming it."""
+    frames = {}
+    for name, spec in (inputs or {}).items():
+        try:
+            frames[name] = read_input(spark, spec, storage_options)
+        except Exception as err:
+            if "PATH_NOT_FOUND" not in str(err) and "Path does not exist" not in str(err):
+                raise
+            path = spec.get("path") if isinstance(spec, Mapping) else spec
+            # Retryable: the usual cause is data that has not landed yet for this date.
+            raise InputNotFoundError(
+                f"input {name!r}: nothing at {path} (the path does not exist). Has the data for this "
+                "date landed? Check the path template, or re-run once it has arrived."
+            ) from None
+    return frames

@@ -26,6 +26,12 @@ from airflow_provider_dltrain.etl.progress import SparkProgress
 from airflow_provider_dltrain.exceptions import BadDataError, InvalidSpecError
 from airflow_provider_dltrain.lake import partition as part
 from airflow_provider_dltrain.lake.digest import DigestState
+from airflow_provider_dltrain.lake.pairing import (
+    META_MAIN_DIGEST,
+    META_MAIN_VERSION,
+    META_ROWS_QUARANTINED,
+    pairing_metadata,
+)
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 from airflow_provider_dltrain.lake.write import (
@@ -289,19 +295,14 @@ def _refuse(t: _Target, got: _Collected) -> None:
 def _commit_both(
     t: _Target, got: _Collected, table_schema: Any, schema_mode: SchemaMode
 ) -> tuple[PartitionWrite | None, PartitionWrite]:
-    quarantine = None
-    if got.bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
-        # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
-        quarantine = commit_files(
-            t.quarantine_uri,
-            got.bad,
-            _quarantine_table_schema(t.columns),
-            t.spec,
-            partition_by=t.columns,
-            metadata=t.metadata,
-            storage_options=t.storage_options,
-            digest=got.bad_state,
-        )
+    """Commit the main table, then the quarantine recording which main commit it belongs to.
+
+    Main first: a kill in between leaves the new rows beside the previous run's quarantine, which
+    :func:`~airflow_provider_dltrain.lake.pairing.quarantine_pairing` reports as stale (its pairing
+    names another main commit), and the re-run commits the quarantine even when its rows are the
+    same. See :mod:`~airflow_provider_dltrain.lake.pairing`.
+    """
+    n_bad = sum(f.num_records for f in got.bad)
     main = commit_files(
         t.table_uri,
         got.good,
@@ -309,9 +310,27 @@ def _commit_both(
         t.spec,
         partition_by=t.columns,
         schema_mode=schema_mode,
-        metadata=t.metadata,
+        metadata={**t.metadata, META_ROWS_QUARANTINED: str(n_bad)},
         storage_options=t.storage_options,
         digest=got.good_state,
+    )
+    if not (got.bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None):
+        return None, main
+    pair = pairing_metadata(t.table_uri, t.spec, main.digest, t.storage_options) or {
+        META_MAIN_VERSION: str(main.ref.version),
+        META_MAIN_DIGEST: main.digest or "",
+    }
+    # Overwrite even with no files: a re-run with fixed inputs must clear the old bad rows.
+    quarantine = commit_files(
+        t.quarantine_uri,
+        got.bad,
+        _quarantine_table_schema(t.columns),
+        t.spec,
+        partition_by=t.columns,
+        metadata={**t.metadata, **pair},
+        storage_options=t.storage_options,
+        digest=got.bad_state,
+        recorded=pair,
     )
     return quarantine, main
 
@@ -350,6 +369,10 @@ def _write_with_delta_spark(df: Any, target: _Target) -> WriteResult:
         if refusal:
             raise BadDataError(refusal)
         options = {"replaceWhere": part.predicate(t.spec), "userMetadata": json.dumps(t.metadata)}
+        # main first, as the delta-rs path does (see _commit_both)
+        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*t.columns).save(
+            t.table_uri
+        )
         if n_bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
             # overwrite even with no bad rows: a re-run with fixed inputs must clear the old ones
             source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
@@ -365,9 +388,6 @@ def _write_with_delta_spark(df: Any, target: _Target) -> WriteResult:
                 .partitionBy(*t.columns)
                 .save(t.quarantine_uri)
             )
-        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*t.columns).save(
-            t.table_uri
-        )
     finally:
         df.unpersist()
     return WriteResult(_own_commit(t.table_uri, t.spec, t.storage_options), n_good, n_bad, 0)

@@ -41,6 +41,19 @@ def check_model_spec(spec: object, *, field: str = "model") -> str | Mapping[str
     return spec
 
 
+def require_loadable(model: ScoringModel, tracking: TrackingConfig, *, allow_pickle: bool = False) -> None:
+    """Refuse ``model`` on the driver if loading it would run code it carries, before any worker loads it.
+
+    Reads only the model's MLmodel file and artifact listing. A model saved in PyTorch's pickle
+    format (or logged with ``code_paths``) is refused with :class:`UnsafeModelError`, naming the
+    version and how to re-log it; with ``allow_pickle=True`` it is allowed and a warning is logged.
+    """
+    from airflow_provider_dltrain.registry.loading import check_loadable, model_label
+
+    label = model_label(model.name, model.version, model.model_uri)
+    check_loadable(tracking, model.model_uri, label, allow_pickle=allow_pickle)
+
+
 def resolve_scoring_model(
     spec: object, tracking: TrackingConfig, as_of: str | None = None, *, field: str = "model"
 ) -> ScoringModel:

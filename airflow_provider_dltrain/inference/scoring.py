@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
-from airflow_provider_dltrain.inference.model import ScoringModel
+from airflow_provider_dltrain.inference.model import ScoringModel, require_loadable
 from airflow_provider_dltrain.inference.spec import INPUT_VERSION, MODEL_NAME, MODEL_VERSION, ScoringSpec
 from airflow_provider_dltrain.inference.worker import LOAD_LOG_ENV, WORKER_ERROR_MARK, WorkerConfig
 from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -29,7 +29,9 @@ _BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _PRED = "_dltrain_prediction"
 
 
-def worker_config(model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig) -> WorkerConfig:
+def worker_config(
+    model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig, *, allow_pickle: bool = False
+) -> WorkerConfig:
     """What the UDF closure ships to every worker (credentials as environment, never as params)."""
     return WorkerConfig(
         model_uri=model.model_uri,
@@ -40,6 +42,7 @@ def worker_config(model: ScoringModel, scoring: ScoringSpec, tracking: TrackingC
         torch_threads=scoring.torch_threads,
         load_log_dir=os.environ.get(LOAD_LOG_ENV) or None,
         env=dict(tracking.env),
+        allow_pickle=allow_pickle,
     )
 
 
@@ -81,7 +84,13 @@ def check_columns(df: Any, scoring: ScoringSpec) -> None:
 
 
 def score_dataframe(
-    df: Any, model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig, *, input_version: int | None
+    df: Any,
+    model: ScoringModel,
+    scoring: ScoringSpec,
+    tracking: TrackingConfig,
+    *,
+    input_version: int | None,
+    allow_pickle: bool = False,
 ) -> Any:
     """``df``'s key columns plus prediction(s), ``model_name``, ``model_version``, ``input_version``.
 
@@ -90,7 +99,8 @@ def score_dataframe(
     from pyspark.sql import functions as F
 
     check_columns(df, scoring)
-    udf = scoring_udf(worker_config(model, scoring, tracking), scoring.prediction_ddl())
+    cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle)
+    udf = scoring_udf(cfg, scoring.prediction_ddl())
     scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
     predictions = [F.col(f"{_PRED}.{c}").alias(c) for c in scoring.output_columns[:-3]]
     return scored.select(
@@ -170,18 +180,21 @@ def score_table(
     input_filter: Any = None,
     metadata: Mapping[str, str] | None = None,
     storage_options: StorageOptions | None = None,
+    allow_pickle: bool = False,
 ) -> DeltaRef:
     """Score ``input_ref`` at exactly its version into ``partition`` of ``table_uri``; return the new version.
 
     Re-running with the same arguments leaves the same rows: the partition is overwritten in one
-    Delta commit, other partitions are untouched.
+    Delta commit, other partitions are untouched. A model that would run code while loading (pickle
+    format, ``code_paths``) is refused before any worker loads it, unless ``allow_pickle`` (a warning).
     """
     from airflow_provider_dltrain.etl.writer import write_dataframe
 
     spec = ScoringSpec.coerce(scoring)
     ref = DeltaRef.coerce(input_ref)  # type: ignore[arg-type]
+    require_loadable(model, tracking, allow_pickle=allow_pickle)
     df = read_input(spark, ref, input_filter, storage_options)
-    scored = score_dataframe(df, model, spec, tracking, input_version=ref.version)
+    scored = score_dataframe(df, model, spec, tracking, input_version=ref.version, allow_pickle=allow_pickle)
     log.info("scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition)
     with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():
         result = write_dataframe(

@@ -37,6 +37,8 @@ class WorkerConfig:
     torch_threads: int | None = None
     load_log_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict, repr=False)
+    # Load a model saved in pickle format (or shipping code_paths) anyway; the driver checked and warned.
+    allow_pickle: bool = False
 
     @property
     def cache_key(self) -> tuple[str, str, str]:
@@ -62,22 +64,31 @@ def _threads(cfg: WorkerConfig) -> int:
 
 
 def load_model(cfg: WorkerConfig) -> Any:
-    """The model of ``cfg``, loaded at most once per process (only the latest model is kept)."""
+    """The model of ``cfg``, loaded at most once per process (only the latest model is kept).
+
+    A model that would run code while loading (pickle format, ``code_paths``) is refused here too,
+    from the downloaded copy and by MLflow's pickle switch, unless ``cfg.allow_pickle``.
+    """
     with _LOCK:
         model = _CACHE.get(cfg.cache_key)
         if model is not None:
             return model
         started = time.monotonic()
         import mlflow
-        import mlflow.pytorch
         import torch
+
+        from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
 
         # One intra-op thread per Spark task CPU: N workers x M threads on N cores thrash.
         torch.set_num_threads(_threads(cfg))
         os.environ.update(cfg.env)
         mlflow.set_tracking_uri(cfg.tracking_uri)
         mlflow.set_registry_uri(cfg.registry_uri or cfg.tracking_uri)
-        model = mlflow.pytorch.load_model(cfg.model_uri, map_location="cpu")
+        label = model_label(None, None, cfg.model_uri)
+        # The marker makes the driver raise a user error (no retries) instead of a Spark failure.
+        model = load_torch_model(
+            cfg.model_uri, label, allow_pickle=cfg.allow_pickle, prefix=WORKER_ERROR_MARK + " "
+        )
         _CACHE.clear()
         _CACHE[cfg.cache_key] = model
         _log_line(cfg, f"load {cfg.model_uri} {time.monotonic() - started:.3f}")

@@ -12,6 +12,8 @@ from airflow_provider_dltrain.lake.digest import (
 )
 from airflow_provider_dltrain.lake.history import cutoff_commit, partition_commit, partition_commits
 from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.maintenance import VacuumResult, vacuum
+from airflow_provider_dltrain.lake.pairing import QuarantinePairing, quarantine_pairing
 from airflow_provider_dltrain.lake.partition import predicate, validate_partition
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import s3_storage_options
@@ -32,6 +34,8 @@ __all__ = [
     "DeltaRef",
     "DigestState",
     "PartitionWrite",
+    "QuarantinePairing",
+    "VacuumResult",
     "WrittenFile",
     "active_files",
     "as_of",
@@ -48,8 +52,10 @@ __all__ = [
     "partition_digest",
     "partition_digests",
     "predicate",
+    "quarantine_pairing",
     "ref_at",
     "row_hashes",
     "s3_storage_options",
+    "vacuum",
     "validate_partition",
 ]

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_dltrain.exceptions import CommitConflictError, InvalidSpecError, SchemaMismatchError
+from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
+from airflow_provider_dltrain.lake import commit as txn
 from airflow_provider_dltrain.lake import partition as part
 from airflow_provider_dltrain.lake.digest import (
     META_DIGEST,
@@ -23,7 +24,6 @@ from airflow_provider_dltrain.lake.digest import (
     canonical_partition,
     normalize_type,
 )
-from airflow_provider_dltrain.lake.lock import partition_lock
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, join, normalize_uri
@@ -194,12 +194,19 @@ def _with_digest(
 
 
 def _unchanged(
-    uri: str, spec: dict[str, str], digest: str | None, storage_options: StorageOptions | None
+    uri: str,
+    spec: dict[str, str],
+    digest: str | None,
+    storage_options: StorageOptions | None,
+    recorded: Mapping[str, str] | None = None,
 ) -> DeltaRef | None:
     """The version that last wrote ``spec`` when the partition's content already has ``digest``.
 
-    Compared at the newest version; the caller holds the partition lock, so no writer of this
-    partition can commit in between. An empty write into an empty partition is unchanged too.
+    Compared at the newest version. A writer of the same partition committing right after this
+    check makes the commit that follows conflict (:mod:`~airflow_provider_dltrain.lake.commit`), and
+    the retry checks again. An empty write into an empty partition is unchanged too. With
+    ``recorded``, the partition's last commit must also have recorded exactly these metadata values
+    (e.g. the main-table version a quarantine partition belongs to), else the write commits anyway.
     """
     from airflow_provider_dltrain.lake.digest import digests_and_commits
 
@@ -210,6 +217,12 @@ def _unchanged(
     ((current, version),) = digests_and_commits(uri, newest, [spec], storage_options).values()
     if current != digest:
         return None
+    if recorded:
+        from airflow_provider_dltrain.lake.pairing import last_recorded_commit
+
+        last = last_recorded_commit(uri, spec, storage_options, at_version=newest)
+        if last is None or any(last[1].get(k) != v for k, v in recorded.items()):
+            return None
     ref = log.ref(version) if version is not None else _own_commit(uri, spec, storage_options)
     logger.info(
         "%s of %s unchanged: no commit; its content is that of version %d (newest %d)",
@@ -245,40 +258,40 @@ def overwrite_partition(
     schema would not change, nothing is committed and the version that last wrote the partition is
     returned: re-running a date leaves the same content at the same version.
     """
-    from deltalake import CommitProperties, write_deltalake
-    from deltalake.exceptions import CommitFailedError
+    from deltalake import DeltaTable, write_deltalake
 
     uri = normalize_uri(uri)
     spec = part.validate_partition(partition)
     columns = _partition_columns(spec, partition_by)
     data = _with_partition_columns(data, spec)
     digest = _digest_of(data, columns)
-    with partition_lock(uri, part.path_of(spec, columns), storage_options):
+
+    def attempt(_: int) -> DeltaRef:
         existing = table_arrow_schema(uri, storage_options)
         added = check_schema(existing, data.schema, schema_mode=schema_mode, where=uri)
         same = _unchanged(uri, spec, digest, storage_options) if existing is not None and not added else None
         if same is not None:
             return same
-        try:
-            write_deltalake(
-                uri,
-                data,
-                mode="overwrite",
-                predicate=part.predicate(spec),
-                partition_by=columns,
-                schema_mode="merge" if schema_mode == "merge" else None,
-                storage_options=storage_options or None,
-                commit_properties=CommitProperties(custom_metadata=_with_digest(metadata, spec, digest)),
-            )
-        except CommitFailedError as err:
-            raise CommitConflictError(
-                f"concurrent write to {spec} of {uri}; nothing was committed: {err}"
-            ) from err
-        return _own_commit(uri, spec, storage_options)
+        token = txn.new_token()
+        # the snapshot this attempt overwrites from; a writer committing after it makes the commit conflict
+        table = DeltaTable(uri, storage_options=storage_options or None) if existing is not None else None
+        write_deltalake(
+            table if table is not None else uri,
+            data,
+            mode="overwrite",
+            predicate=part.predicate(spec),
+            partition_by=columns,
+            schema_mode="merge" if schema_mode == "merge" else None,
+            storage_options=storage_options or None,
+            commit_properties=txn.commit_properties(_with_digest(metadata, spec, digest), spec, token),
+        )
+        return txn.find_commit(uri, spec, token, storage_options)
+
+    return txn.with_retries(uri, spec, attempt)
 
 
 def _own_commit(uri: str, spec: dict[str, str], storage_options: StorageOptions | None) -> DeltaRef:
-    """The version this write committed: the newest commit touching ``spec`` while we hold its lock.
+    """The newest commit touching ``spec``: for an unchanged write, or a writer that records no txn token.
 
     Not simply the newest version: writers of other partitions may have committed since.
     """
@@ -306,12 +319,12 @@ def _create_table(
     adds: list[Any],
     schema: pa.Schema,
     columns: list[str],
-    custom: dict[str, str],
+    properties: Any,
     configuration: Mapping[str, str] | None,
     storage_options: StorageOptions | None,
 ) -> bool:
     """Create the table with ``adds`` as its first commit; False when another writer created it first."""
-    from deltalake import CommitProperties, Schema
+    from deltalake import Schema
     from deltalake.transaction import create_table_with_add_actions
 
     try:
@@ -323,7 +336,7 @@ def _create_table(
             partition_by=columns,
             configuration=dict(configuration or {}) or None,
             storage_options=storage_options or None,
-            commit_properties=CommitProperties(custom_metadata=custom),
+            commit_properties=properties,
         )
     except Exception:
         if DeltaLog(uri, storage_options).latest_version() is None:
@@ -339,10 +352,10 @@ def _commit_overwrite(
     spec: dict[str, str],
     columns: list[str],
     added: list[str],
-    custom: dict[str, str],
+    properties: Any,
     storage_options: StorageOptions | None,
 ) -> None:
-    from deltalake import CommitProperties, DeltaTable, Schema
+    from deltalake import DeltaTable, Schema
 
     table = DeltaTable(uri, storage_options=storage_options or None)
     if added:
@@ -355,7 +368,7 @@ def _commit_overwrite(
         schema=table.schema(),
         partition_by=columns,
         partition_filters=part.filters(spec),
-        commit_properties=CommitProperties(custom_metadata=custom),
+        commit_properties=properties,
     )
 
 
@@ -371,15 +384,21 @@ def commit_files(
     storage_options: StorageOptions | None = None,
     configuration: Mapping[str, str] | None = None,
     digest: DigestState | None = None,
+    recorded: Mapping[str, str] | None = None,
 ) -> PartitionWrite:
     """Commit already-written files as the new content of ``partition`` (one atomic overwrite).
 
     ``schema`` is the table schema including the partition columns; ``digest`` the state of the
     files' rows (partition columns left out) kept while writing them; without it the files are read
-    back. Under the partition lock the snapshot is refreshed first, so whatever another run committed
-    meanwhile is replaced, never duplicated. When the partition already holds exactly these rows and
-    the schema would not change, nothing is committed and the files are deleted; so they are when
-    the schema conflicts.
+    back. Each attempt reads the newest snapshot, so whatever another run committed meanwhile is
+    replaced, never duplicated; a concurrent writer of the same partition makes the attempt conflict
+    and it is retried (:mod:`~airflow_provider_dltrain.lake.commit`). When the partition already
+    holds exactly these rows, the schema would not change and its last commit recorded ``recorded``
+    (when given; these keys must be part of ``metadata``), nothing is committed and the files are
+    deleted; so they are when the schema conflicts.
+
+    :raises CommitConflictError: every attempt lost to a concurrent writer; the files are left for
+        ``vacuum`` (another attempt of the task writes new ones).
     """
     import pyarrow as pa
     from deltalake.transaction import AddAction
@@ -392,20 +411,25 @@ def commit_files(
     content = state.content_digest(data_schema)
     custom = _with_digest(metadata, spec, content)
     adds = [AddAction(f.path, f.size, dict(spec), f.modification_time, True, f.stats) for f in files]
-    with partition_lock(uri, part.path_of(spec, columns), storage_options):
+
+    def attempt(_: int) -> PartitionWrite:
+        token = txn.new_token()
+        properties = txn.commit_properties(custom, spec, token)
         existing = table_arrow_schema(uri, storage_options)
         if existing is None:
-            if _create_table(uri, adds, schema, columns, custom, configuration, storage_options):
-                return PartitionWrite(_own_commit(uri, spec, storage_options), True, content)
+            if _create_table(uri, adds, schema, columns, properties, configuration, storage_options):
+                return PartitionWrite(txn.find_commit(uri, spec, token, storage_options), True, content)
             existing = table_arrow_schema(uri, storage_options)
         try:
             added = check_schema(existing, schema, schema_mode=schema_mode, where=uri)
         except SchemaMismatchError:
             delete_files(uri, files, storage_options)
             raise
-        same = None if added else _unchanged(uri, spec, content, storage_options)
+        same = None if added else _unchanged(uri, spec, content, storage_options, recorded)
         if same is not None:
             delete_files(uri, files, storage_options)
             return PartitionWrite(same, False, content)
-        _commit_overwrite(uri, adds, schema, spec, columns, added, custom, storage_options)
-        return PartitionWrite(_own_commit(uri, spec, storage_options), True, content)
+        _commit_overwrite(uri, adds, schema, spec, columns, added, properties, storage_options)
+        return PartitionWrite(txn.find_commit(uri, spec, token, storage_options), True, content)
+
+    return txn.with_retries(uri, spec, attempt)

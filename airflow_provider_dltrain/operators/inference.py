@@ -45,6 +45,10 @@ class SparkBatchInferenceOperator(BaseOperator):
     :param mlflow_conn_id: Airflow ``mlflow`` connection; ``None`` uses ``$MLFLOW_TRACKING_URI``
         or the embedded SQLite store.
     :param aws_conn_id: Airflow ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    :param allow_pickle: score with a model saved in PyTorch's pickle format (or logged with
+        ``code_paths``) anyway, logging a warning. Default False: such a model is refused before
+        any worker loads it, because unpickling runs code it carries; re-log it with
+        ``serialization_format="pt2"`` instead. Only for registries that only trusted people can write.
     """
 
     template_fields: Sequence[str] = (
@@ -76,6 +80,7 @@ class SparkBatchInferenceOperator(BaseOperator):
         model_as_of: str | None = None,
         mlflow_conn_id: str | None = "mlflow_default",
         aws_conn_id: str | None = None,
+        allow_pickle: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,6 +98,9 @@ class SparkBatchInferenceOperator(BaseOperator):
         self.model_as_of = model_as_of
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id
+        if not isinstance(allow_pickle, bool):
+            raise ValueError(f"allow_pickle must be True or False, got {allow_pickle!r}")
+        self.allow_pickle = allow_pickle
 
     def _tracking(self) -> TrackingConfig:
         from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -138,6 +146,7 @@ class SparkBatchInferenceOperator(BaseOperator):
                 input_filter=self.input_filter,
                 metadata=commit_metadata_from(context),
                 storage_options=self._storage_options(),
+                allow_pickle=self.allow_pickle,
             )
         self.log.info("scored %s v%d into %s version %d", ref.uri, ref.version, out.uri, out.version)
         extra: dict[str, Any] = {

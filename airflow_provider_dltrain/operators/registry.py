@@ -64,6 +64,9 @@ class RegisterModelOperator(BaseOperator):
     :param evaluation_filter: DNF filter on ``evaluation_dataset``, e.g.
         ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
     :param aws_conn_id: ``aws`` connection for an ``s3://`` evaluation table (ignored for local paths).
+    :param allow_pickle: let the gate load a champion or candidate saved in PyTorch's pickle format
+        (loading it runs the code it carries; logged as a warning). Default: refused with a message
+        saying how to re-log the model as a pt2 export.
     """
 
     template_fields: Sequence[str] = (
@@ -96,9 +99,13 @@ class RegisterModelOperator(BaseOperator):
         evaluation_dataset: Any = None,
         evaluation_filter: Any = None,
         aws_conn_id: str | None = None,
+        allow_pickle: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not isinstance(allow_pickle, bool):
+            raise ValueError(f"allow_pickle must be True or False, got {allow_pickle!r}")
+        self.allow_pickle = allow_pickle
         self.train_result = train_result
         self.model_name = model_name
         self.metric = metric
@@ -186,6 +193,7 @@ class RegisterModelOperator(BaseOperator):
             dataset=dataset,
             data_filter=self.evaluation_filter or None,
             storage_options=storage,
+            allow_pickle=self.allow_pickle,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
@@ -34,13 +35,63 @@ def is_not_found(err: BaseException) -> bool:
     return error_code(err) == _NOT_FOUND
 
 
-def check_name(value: str, field_name: str) -> str:
-    """A non-empty name that is safe to quote inside an MLflow search filter."""
+# MLflow itself only forbids '/' and ':' in model names; we accept the subset that is safe in
+# models:/ URIs, search filters and file names on every store, so an unrendered template
+# ("{{ params.model }}") or a stray quote is refused here instead of becoming a model.
+_NAME = re.compile(r"\w[\w.\-]*")
+# MLflow's own alias rule (mlflow.utils.validation): word characters and '-', 'latest' and
+# 'v<digits>' reserved (they mean versions).
+_ALIAS = re.compile(r"[\w\-]+")
+_RESERVED_ALIAS = re.compile(r"latest|v\d+", re.IGNORECASE)
+_MAX_NAME = 255
+
+
+def check_name(value: Any, field_name: str) -> str:
+    """``value`` if it is a valid registered model name; :class:`InvalidSpecError` naming ``field_name``.
+
+    Letters, digits, ``_``, ``-`` and ``.``, starting with a letter, digit or ``_``, at most 255.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidSpecError(f"{field_name} must be a non-empty model name, got {value!r}.")
+    if len(value) > _MAX_NAME or not _NAME.fullmatch(value):
+        raise InvalidSpecError(
+            f"{field_name}={value[:300]!r} is not a valid model name: use letters, digits, '_', '-' and '.' "
+            f"(starting with a letter, digit or '_', at most {_MAX_NAME} characters)"
+            f"{_template_hint(value)}."
+        )
+    return value
+
+
+def check_alias(value: Any, field_name: str) -> str:
+    """``value`` if MLflow accepts it as a model alias; :class:`InvalidSpecError` naming ``field_name``."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidSpecError(f"{field_name} must be a non-empty alias such as 'champion', got {value!r}.")
+    if len(value) > _MAX_NAME or not _ALIAS.fullmatch(value):
+        raise InvalidSpecError(
+            f"{field_name}={value[:300]!r} is not a valid alias: MLflow aliases contain only letters, "
+            f"digits, '_' and '-' (at most {_MAX_NAME} characters){_template_hint(value)}."
+        )
+    if _RESERVED_ALIAS.fullmatch(value):
+        raise InvalidSpecError(
+            f"{field_name}={value!r} is reserved by MLflow ('latest' and 'v<number>' name versions): "
+            "choose another alias, e.g. 'champion'."
+        )
+    return value
+
+
+def check_quotable(value: Any, field_name: str) -> str:
+    """A non-empty string that is safe to quote inside an MLflow search filter (e.g. a model URI)."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidSpecError(f"{field_name} must be a non-empty string, got {value!r}.")
     if any(ch in value for ch in "'`\"\n"):
         raise InvalidSpecError(f"{field_name}={value!r} must not contain quotes, backticks or newlines.")
     return value
+
+
+def _template_hint(value: str) -> str:
+    if "{{" in value or "{%" in value:
+        return "; it looks like an unrendered template: is the field listed in template_fields?"
+    return ""
 
 
 def search_versions(client: Any, filter_string: str) -> list[ModelVersionInfo]:

@@ -11,13 +11,13 @@ No Airflow here; torch and mlflow are imported only when a gate re-scores.
 from __future__ import annotations
 
 import ast
-import contextlib
+import functools
 import importlib
 import json
 import logging
 import tempfile
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,9 @@ class GateEvaluation:
     :param hparams: ``ctx.hparams``; default the challenger's training hyper-parameters, so a
         function that splits like ``train`` (same key, same fraction) scores on its held-out rows.
     :param storage_options: delta-rs options for an ``s3://`` table; never recorded or logged.
+    :param allow_pickle: load versions saved in pickle format (or shipping ``code_paths``) anyway,
+        with a warning. Default False: such a version is refused before it is loaded, because
+        unpickling runs code. Not part of :meth:`rule` (it changes no score).
     """
 
     evaluate_fn: EvaluateFn | str
@@ -63,6 +66,7 @@ class GateEvaluation:
     data_filter: Any = None
     hparams: Mapping[str, Any] | None = None
     storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    allow_pickle: bool = False
 
     def __post_init__(self) -> None:
         from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -81,6 +85,8 @@ class GateEvaluation:
                 "own training filter is used; pass dataset={'uri': ..., 'version': N} too."
             )
         object.__setattr__(self, "data_filter", normalize_filter(self.data_filter))
+        if not isinstance(self.allow_pickle, bool):
+            raise InvalidSpecError(f"allow_pickle must be True or False, got {self.allow_pickle!r}.")
         if self.hparams is not None and not isinstance(self.hparams, Mapping):
             raise InvalidSpecError(f"evaluation hparams must be a dict, got {type(self.hparams).__name__}.")
 
@@ -158,15 +164,27 @@ def rescore(
     from airflow_provider_dltrain.training.hashing import canonical_json
 
     fn = evaluation.function()
+    if not evaluation.allow_pickle:  # refuse before minutes of scoring the other model
+        _check_formats(tracking, candidate, champion)
     ref, data_filter = evaluation_data(evaluation, candidate)
     hparams = (
         dict(evaluation.hparams) if evaluation.hparams is not None else training_hparams(tracking, candidate)
     )
     plan = resolve(ref, data_filter, dict(evaluation.storage_options or {}))
-    cand_value, rows = _score(tracking, fn, plan, hparams, candidate, metric, evaluation.fn_name)
+    score = functools.partial(
+        _score,
+        tracking,
+        fn,
+        plan,
+        hparams,
+        metric=metric,
+        fn_name=evaluation.fn_name,
+        allow_pickle=evaluation.allow_pickle,
+    )
+    cand_value, rows = score(candidate)
     champ_value = None
     if champion is not None:
-        champ_value, champ_rows = _score(tracking, fn, plan, hparams, champion, metric, evaluation.fn_name)
+        champ_value, champ_rows = score(champion)
         if champ_rows != rows:  # e.g. a function that samples without ctx.seed: not the same rows
             log.warning(
                 "%s read %s rows for the challenger but %s for the champion.",
@@ -188,6 +206,15 @@ def rescore(
         eval_rows=rows,
         note=note,
     )
+
+
+def _check_formats(tracking: TrackingConfig, *versions: ModelVersionInfo | None) -> None:
+    from airflow_provider_dltrain.registry.loading import check_loadable, model_label
+
+    for mv in versions:
+        if mv is not None:
+            label = model_label(mv.name, mv.version, mv.model_uri)
+            check_loadable(tracking, mv.model_uri, label, allow_pickle=False)
 
 
 def evaluation_data(evaluation: GateEvaluation, candidate: ModelVersionInfo) -> tuple[DeltaRef, Any]:
@@ -236,8 +263,10 @@ def _score(
     plan: ScanPlan,
     hparams: Mapping[str, Any],
     mv: ModelVersionInfo,
+    *,
     metric: str,
     fn_name: str,
+    allow_pickle: bool,
 ) -> tuple[float, int | None]:
     """``metric`` of ``fn(ctx, model)`` for one version, and the rows its loaders read."""
     import torch
@@ -245,7 +274,7 @@ def _score(
     from airflow_provider_dltrain.training.context import TrainContext
     from airflow_provider_dltrain.training.worker import seed_everything
 
-    model = load_version(tracking, mv)
+    model = load_version(tracking, mv, allow_pickle=allow_pickle)
     seed = int(hparams.get("seed", 0))
     with tempfile.TemporaryDirectory(prefix="dltrain-gate-") as scratch:
         ctx = TrainContext(
@@ -268,34 +297,19 @@ def _score(
         ) from err
 
 
-def load_version(tracking: TrackingConfig, mv: ModelVersionInfo) -> Any:
-    """The torch module of a registered version, on CPU and in eval mode."""
-    import mlflow.pytorch
+def load_version(tracking: TrackingConfig, mv: ModelVersionInfo, *, allow_pickle: bool = False) -> Any:
+    """The torch module of a registered version, on CPU and in eval mode.
 
-    with _pointed_at(tracking):
-        model = mlflow.pytorch.load_model(mv.model_uri, map_location="cpu")
-    return _eval_mode(model)
-
-
-@contextlib.contextmanager
-def _pointed_at(tracking: TrackingConfig) -> Iterator[None]:
-    """MLflow's process-wide store set to ``tracking`` for the block; the caller's restored after.
-
-    ``models:/name/version`` URIs resolve against the global registry URI, and an Airflow worker
-    (or a notebook) may be pointed elsewhere.
+    :param allow_pickle: load a version saved in pickle format (or shipping code) anyway, with a
+        warning; by default it is refused before anything is loaded (see ``registry.loading``).
+    :raises UnsafeModelError: the version needs pickle (or ships code) and ``allow_pickle`` is false.
     """
-    import mlflow
+    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label, pointed_at
 
-    registry = tracking.registry_uri or tracking.tracking_uri
-    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    with tracking.environment(MLFLOW_TRACKING_URI=tracking.tracking_uri, MLFLOW_REGISTRY_URI=registry):
-        mlflow.set_tracking_uri(tracking.tracking_uri)
-        mlflow.set_registry_uri(registry)
-        try:
-            yield
-        finally:
-            mlflow.set_tracking_uri(previous[0])
-            mlflow.set_registry_uri(previous[1])
+    label = model_label(mv.name, mv.version, mv.model_uri)
+    with pointed_at(tracking):
+        model = load_torch_model(mv.model_uri, label, allow_pickle=allow_pickle)
+    return _eval_mode(model)
 
 
 def _eval_mode(model: Any) -> Any:

@@ -7,22 +7,50 @@ champion for date ``X`` is, among versions with ``from <= X``, the one with the 
 cut-off that was promoted; a backfilled promotion for an old ``D'`` rules ``[D', next cut-off)``
 without touching later dates; re-promoting the same cut-off replaces the earlier champion for it.
 The live alias is moved only to the version with the greatest key (see :func:`settle_alias`).
+
+Trust model. Only promotions recorded by our gate count (:func:`gate_promotion_problem`): the
+version must also carry ``dltrain.gate.decision = promoted``, ``dltrain.gate.alias = a``,
+``dltrain.gate.data_cutoff`` equal to its ``<a>_from`` tag, and a recorded rule and values that
+pass that rule again. A version carrying the two history tags but never gated (someone set them by
+hand, or a half-written gate) is ignored with a warning. This stops mistakes and half-written
+records, not attackers: anyone who can write model-version tags can write a complete, consistent
+record too, i.e. whoever can write registry tags can promote. Restrict who can: run the tracking
+server with authentication (``mlflow server --app-name basic-auth``) and give the pipeline's user
+EDIT/MANAGE permission on its registered models and everyone else READ at most. Scoring loads only
+pt2 models unless told otherwise (``registry.loading``), so a forged promotion cannot by itself make
+a worker unpickle a model.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 from typing import Any
 
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
+    check_alias,
     check_name,
     mlflow_client,
     search_versions,
 )
+from airflow_provider_dltrain.registry.gate import evaluate_gate
 from airflow_provider_dltrain.registry.models import (
+    BASIS_RECORDED,
+    BASIS_RESCORED,
     DEFAULT_ALIAS,
+    TAG_CANDIDATE_VALUE,
+    TAG_CHAMPION_VALUE,
+    TAG_COMPARED_WITH,
     TAG_DATA_CUTOFF,
+    TAG_DECISION,
+    TAG_GATE_ALIAS,
+    TAG_GATE_BASIS,
+    TAG_GATE_CUTOFF,
+    TAG_GATE_RULE,
+    TAG_METRIC_PREFIX,
+    GateSpec,
     ModelVersionInfo,
     history_tags,
     normalize_date,
@@ -30,15 +58,96 @@ from airflow_provider_dltrain.registry.models import (
 
 log = logging.getLogger(__name__)
 
+# GateSpec.rule: "<metric> <mode> min_delta=<x>", then " rescored by ..." for a re-scoring gate.
+_RULE = re.compile(r"(?P<metric>.+?) (?P<mode>min|max) min_delta=(?P<delta>\S+)(?P<rest> .*)?", re.DOTALL)
+# The rule records min_delta with 6 significant digits: allow that much rounding when re-checking.
+_ROUNDING = 1e-5
+
 
 def champion_history(tracking: Any, model_name: str, alias: str = DEFAULT_ALIAS) -> list[ModelVersionInfo]:
-    """Every version ever promoted under ``alias``, oldest promotion key first."""
+    """Every version our gate promoted under ``alias``, oldest promotion key first.
+
+    Versions with the history tags but no matching gate record are left out (see the module's
+    trust model), with a warning naming the version and what is missing.
+    """
     client = mlflow_client(tracking)
     check_name(model_name, "model_name")
-    from_tag, _ = history_tags(check_name(alias, "alias"))
-    promoted = search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` != ''")
-    keyed = [(key, mv) for mv in promoted if (key := mv.champion_key(alias)) is not None]
+    from_tag, _ = history_tags(check_alias(alias, "alias"))
+    tagged = search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` != ''")
+    keyed = []
+    for mv in tagged:
+        key = mv.champion_key(alias)
+        if key is None:
+            continue
+        problem = gate_promotion_problem(mv, alias)
+        if problem is not None:
+            log.warning(
+                "Ignoring %s v%s as %r from %s: %s. Only promotions recorded by the dltrain gate count.",
+                mv.name,
+                mv.version,
+                alias,
+                key[0],
+                problem,
+            )
+            continue
+        keyed.append((key, mv))
     return [mv for _, mv in sorted(keyed, key=lambda pair: pair[0])]
+
+
+def gate_promotion_problem(mv: ModelVersionInfo, alias: str = DEFAULT_ALIAS) -> str | None:
+    """None if ``mv``'s promotion under ``alias`` was recorded by our gate; else what does not match."""
+    tags = mv.tags
+    from_tag, _ = history_tags(alias)
+    if tags.get(TAG_DECISION) != "promoted":
+        return f"{TAG_DECISION} is {tags.get(TAG_DECISION)!r}, not 'promoted'"
+    if tags.get(TAG_GATE_ALIAS) != alias:
+        return f"{TAG_GATE_ALIAS} is {tags.get(TAG_GATE_ALIAS)!r}, not {alias!r}"
+    if tags.get(TAG_GATE_CUTOFF) != tags.get(from_tag):
+        return (
+            f"{TAG_GATE_CUTOFF} {tags.get(TAG_GATE_CUTOFF)!r} differs from {from_tag} {tags.get(from_tag)!r}"
+        )
+    return _values_problem(tags)
+
+
+def _values_problem(tags: dict[str, str]) -> str | None:
+    """None if the recorded rule and values are present and pass that rule again."""
+    rule = tags.get(TAG_GATE_RULE) or ""
+    match = _RULE.fullmatch(rule)
+    if match is None:
+        return f"{TAG_GATE_RULE} {rule[:200]!r} is not a gate rule"
+    basis = tags.get(TAG_GATE_BASIS) or BASIS_RECORDED  # decisions older than the basis tag
+    rescored_rule = (match["rest"] or "").startswith(f" {BASIS_RESCORED}")
+    if basis not in (BASIS_RECORDED, BASIS_RESCORED) or rescored_rule != (basis == BASIS_RESCORED):
+        return f"{TAG_GATE_BASIS} {basis!r} does not match {TAG_GATE_RULE} {rule[:200]!r}"
+    try:
+        delta = float(match["delta"])
+        candidate = float(tags[TAG_CANDIDATE_VALUE])
+        champion = _optional(tags.get(TAG_CHAMPION_VALUE), float)
+        compared = _optional(tags.get(TAG_COMPARED_WITH), int)
+        gate = GateSpec(match["metric"], match["mode"], max(0.0, delta * (1 - _ROUNDING)))  # type: ignore[arg-type]
+    except (KeyError, ValueError) as err:
+        return f"the recorded gate values are missing or not numbers ({err})"
+    if champion is not None and compared is None:
+        return f"{TAG_CHAMPION_VALUE} is set but {TAG_COMPARED_WITH} is not"
+    recorded = tags.get(TAG_METRIC_PREFIX + gate.metric)
+    if basis == BASIS_RECORDED and recorded is not None and not _same(recorded, candidate):
+        return f"{TAG_CANDIDATE_VALUE} {candidate!r} differs from the recorded {gate.metric} {recorded!r}"
+    decision = evaluate_gate(gate, candidate, champion, compared)
+    if not decision.passed:
+        return f"the recorded values do not pass the recorded rule ({decision.reason})"
+    return None
+
+
+def _optional(text: str | None, kind: Any) -> Any:
+    return kind(text) if text not in (None, "", "None") else None
+
+
+def _same(text: str, value: float) -> bool:
+    try:
+        number = float(text)
+    except ValueError:
+        return False
+    return number == value or (math.isnan(number) and math.isnan(value))
 
 
 def champion_as_of(

@@ -12,6 +12,7 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
+    check_alias,
     check_name,
     delete_tags,
     get_version,
@@ -72,7 +73,8 @@ def gate_and_promote(
     replays the recorded decision instead of comparing (or scoring) anything again.
     """
     client = mlflow_client(tracking)
-    check_name(alias, "alias")
+    check_name(model_name, "model_name")
+    check_alias(alias, "alias")
     cutoff = normalize_date(data_cutoff, "data_cutoff")
     mv = get_version(client, model_name, version)
     rule = evaluation.rule(gate) if evaluation is not None else gate.rule
@@ -151,7 +153,7 @@ def register_and_promote(
     """
     client = mlflow_client(tracking)
     check_name(model_name, "model_name")
-    check_name(alias, "alias")
+    check_alias(alias, "alias")
     if metrics is not None and gate.metric not in metrics:
         raise InvalidSpecError(
             f"metric {gate.metric!r} is not in the training result's metrics {sorted(metrics)}: "

@@ -9,6 +9,7 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry.client import (
     check_name,
+    check_quotable,
     ensure_registered_model,
     mlflow_client,
     search_versions,
@@ -50,7 +51,7 @@ def register_model(
     """
     client = mlflow_client(tracking)
     check_name(model_name, "model_name")
-    check_name(model_uri, "model_uri")
+    check_quotable(model_uri, "model_uri")
     source, model_id, run_id = _model_source(client, model_uri, run_id)
     existing = _registered_copies(client, model_name, model_uri, run_id)
     if existing:

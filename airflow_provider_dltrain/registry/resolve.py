@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.client import alias_holder, check_name, get_version, mlflow_client
+from airflow_provider_dltrain.registry.client import (
+    alias_holder,
+    check_alias,
+    check_name,
+    get_version,
+    mlflow_client,
+)
 from airflow_provider_dltrain.registry.history import champion_as_of, champion_history
 from airflow_provider_dltrain.registry.models import (
     DEFAULT_ALIAS,
@@ -59,18 +65,23 @@ def resolve_model(tracking: Any, spec: Any, as_of: Any = None) -> ResolvedModel:
 
 
 def _resolve_uri(client: Any, uri: str) -> ResolvedModel:
-    if match := _VERSION_URI.match(uri):
-        return _resolved(get_version(client, match["name"], int(match["version"])))
-    if match := _ALIAS_URI.match(uri):
-        return _resolved(_live(client, match["name"], match["alias"]))
     if not uri:
         raise InvalidSpecError("model spec is an empty string: pass a model URI or a {'name': ...} dict.")
+    if "{{" in uri or "{%" in uri:
+        raise InvalidSpecError(
+            f"model URI {uri[:200]!r} contains an unrendered template: is the field listed in template_fields?"
+        )
+    if match := _VERSION_URI.match(uri):
+        name = check_name(match["name"], "model URI name")
+        return _resolved(get_version(client, name, int(match["version"])))
+    if match := _ALIAS_URI.match(uri):
+        return _resolved(_live(client, check_name(match["name"], "model URI name"), match["alias"]))
     return ResolvedModel(name=None, version=None, model_uri=uri)
 
 
 def _resolve_mapping(client: Any, spec: Mapping[str, Any], as_of: Any) -> ResolvedModel:
     name = check_name(spec.get("name"), "model spec 'name'")  # type: ignore[arg-type]
-    alias = check_name(spec.get("alias") or DEFAULT_ALIAS, "model spec 'alias'")
+    alias = check_alias(spec.get("alias") or DEFAULT_ALIAS, "model spec 'alias'")
     if spec.get("champion_as_of"):
         return _resolved(_champion(client, name, spec["champion_as_of"], alias))
     if "promoted" in spec and "champion_version" in spec:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "model"
+# The only format we log: a torch.export archive loads without unpickling code (pickle would not).
+SERIALIZATION_FORMAT = "pt2"
 TAG_KEYS = (
     "dltrain.dag_id",
     "dltrain.run_id",
@@ -172,7 +174,10 @@ class MlflowRankTracker(RankTracker):
         super().log_metrics(metrics, step)
 
     def log_model(self, model: Any, input_example: Any, name: str = MODEL_NAME) -> str:
-        """Log the PyTorch flavour (``pt2`` export, signature and input example); return its model URI."""
+        """Log the PyTorch flavour (``pt2`` export, signature and input example); return its model URI.
+
+        Only ``pt2`` is logged (checked after logging): a pickled model would run code when loaded.
+        """
         import mlflow
         import numpy as np
         import torch
@@ -223,6 +228,8 @@ class MlflowRankTracker(RankTracker):
                     signature=signature,
                     input_example=example.numpy(),
                     pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+                    # Explicit: MLflow's default is pickle on Databricks.
+                    serialization_format=SERIALIZATION_FORMAT,
                 )
         finally:
             mlflow.set_tracking_uri(previous[0])
@@ -233,4 +240,18 @@ class MlflowRankTracker(RankTracker):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+        self._require_pt2(str(info.model_uri))
         return str(info.model_uri)
+
+    def _require_pt2(self, model_uri: str) -> None:
+        """Refuse to hand on a model that was not stored as a pt2 export (it would need pickle to load)."""
+        from airflow_provider_dltrain.exceptions import UnsafeModelError
+        from airflow_provider_dltrain.registry.loading import PT2, inspect_uri
+
+        fmt = inspect_uri(model_uri, self.config)
+        if fmt.serialization != PT2 or fmt.code is not None:
+            raise UnsafeModelError(
+                f"the model logged as {model_uri} in run {self.run_id} is not a plain {PT2} export "
+                f"({fmt.evidence}, code {fmt.code!r}); dltrain logs pt2 only. Check the installed MLflow "
+                "honours serialization_format='pt2'."
+            )

@@ -1,0 +1,142 @@
+"""Which quarantine partition belongs to which main-table content: a pairing a kill cannot break.
+
+A write with a quarantine commits two Delta tables, and no transaction spans both. The main table
+is committed first, recording how many rows it quarantined (:data:`META_ROWS_QUARANTINED`); the
+quarantine second, recording the main commit it belongs to (:data:`META_MAIN_VERSION`, the version
+of the main table's last commit of the partition, and :data:`META_MAIN_DIGEST`, its content
+digest). Main first, because the main table is what consumers read: a kill between the two
+commits leaves the new rows with the previous run's quarantine, and :func:`quarantine_pairing`
+tells that quarantine apart as stale instead of showing it as the bad rows of these rows. The
+re-run finds the main partition unchanged (no commit) and commits the quarantine with the pairing,
+even when its rows equal the stale ones. The other order would leave a quarantine naming a main
+commit that never happened, which only a later main commit could tell apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.digest import META_DIGEST, META_PARTITION, canonical_partition
+from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.storage import StorageOptions
+
+META_MAIN_VERSION = "dltrain.main_version"  # quarantine commit: the main commit it belongs to
+META_MAIN_DIGEST = "dltrain.main_digest"  # quarantine commit: that main partition's digest ("" = empty)
+META_ROWS_QUARANTINED = "dltrain.rows_quarantined"  # main commit: rows its run sent to quarantine
+
+PairingState = Literal["paired", "none", "stale"]
+
+
+def last_recorded_commit(
+    uri: str,
+    partition: Mapping[str, object],
+    storage_options: StorageOptions | None = None,
+    at_version: int | None = None,
+) -> tuple[int, dict[str, Any]] | None:
+    """``(version, commitInfo)`` of the newest commit at or before ``at_version`` that recorded it
+    wrote ``partition`` (every write of this provider does, an empty one included); ``None`` when
+    there is none in the retained log.
+    """
+    from airflow_provider_dltrain.lake.history import LogRetentionError, walk_back
+
+    spec = part.validate_partition(partition)
+    log = DeltaLog(uri, storage_options)
+    newest = log.latest_version() if at_version is None else at_version
+    if newest is None:
+        return None
+    wanted = canonical_partition(spec)
+    try:
+        for commit in walk_back(log, newest, f"partition {spec}"):
+            if commit.info.get(META_PARTITION) == wanted:
+                return commit.version, commit.info
+    except LogRetentionError:
+        return None
+    return None
+
+
+def pairing_metadata(
+    main_uri: str,
+    partition: Mapping[str, object],
+    main_digest: str | None,
+    storage_options: StorageOptions | None,
+) -> dict[str, str] | None:
+    """What the quarantine commit records about the main commit of ``partition`` now in the table."""
+    found = last_recorded_commit(main_uri, partition, storage_options)
+    if found is None:
+        return None
+    return {META_MAIN_VERSION: str(found[0]), META_MAIN_DIGEST: main_digest or ""}
+
+
+@dataclass(frozen=True)
+class QuarantinePairing:
+    """The quarantine of one main partition: ``paired`` (``quarantine`` holds its bad rows), ``none``
+    (the run quarantined nothing and no quarantine commit belongs to it) or ``stale`` (a run was
+    killed between its two commits, or another tool wrote the main table: the quarantine partition
+    holds another run's bad rows; re-run the write).
+    """
+
+    main: DeltaRef | None
+    quarantine: DeltaRef | None
+    state: PairingState
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "main": self.main.to_dict() if self.main else None,
+            "quarantine": self.quarantine.to_dict() if self.quarantine else None,
+            "state": self.state,
+        }
+
+
+def quarantine_pairing(
+    main_uri: str,
+    quarantine_uri: str,
+    partition: Mapping[str, object],
+    *,
+    main_version: int | None = None,
+    storage_options: StorageOptions | None = None,
+) -> QuarantinePairing:
+    """The quarantine commit that belongs to ``partition`` of the main table at ``main_version``.
+
+    Walks the quarantine log back for the newest commit of the partition recording the main commit
+    that last wrote it (version and digest); a quarantine commit recording another one is stale.
+    """
+    spec = part.validate_partition(partition)
+    main = last_recorded_commit(main_uri, spec, storage_options, main_version)
+    if main is None:
+        return QuarantinePairing(None, None, "none")
+    version, info = main
+    main_ref = DeltaLog(main_uri, storage_options).ref(version)
+    expected = {META_MAIN_VERSION: str(version), META_MAIN_DIGEST: info.get(META_DIGEST) or ""}
+    quarantined = int(info.get(META_ROWS_QUARANTINED, "0") or 0)
+    found = _paired_commit(quarantine_uri, spec, expected, storage_options)
+    if found is not None:
+        return QuarantinePairing(main_ref, DeltaLog(quarantine_uri, storage_options).ref(found), "paired")
+    return QuarantinePairing(main_ref, None, "stale" if quarantined else "none")
+
+
+def _paired_commit(
+    uri: str, spec: dict[str, str], expected: Mapping[str, str], storage_options: StorageOptions | None
+) -> int | None:
+    from airflow_provider_dltrain.lake.history import LogRetentionError, walk_back
+
+    log = DeltaLog(uri, storage_options)
+    newest = log.latest_version()
+    if newest is None:
+        return None
+    wanted = canonical_partition(spec)
+    try:
+        for commit in walk_back(log, newest, f"partition {spec}"):
+            info = commit.info
+            if info.get(META_PARTITION) != wanted:
+                continue
+            if all(info.get(k) == v for k, v in expected.items()):
+                return commit.version
+            if int(info.get(META_MAIN_VERSION, "-1") or -1) < int(expected[META_MAIN_VERSION]):
+                return None  # older than the main commit: nothing newer can belong to it
+    except LogRetentionError:
+        return None
+    return None
