@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,18 +12,32 @@ Transform = Callable[[Any, dict[str, Any], dict[str, Any]], Any]
 
 
 def load_callable(target: Callable[..., Any] | str, *, field: str = "transform") -> Callable[..., Any]:
-    """Accept a callable or a ``"package.module:function"`` path."""
+    """The callable itself, or the one named by ``"package.module:function"`` (``pkgutil.resolve_name``).
+
+    :param field: the parameter's name, put in front of every refusal.
+    :raises InvalidSpecError: not such a name, the module does not import, it lacks the attribute,
+        or the attribute is not callable.
+    """
     if callable(target):
         return target
     if not isinstance(target, str) or ":" not in target:
-        raise InvalidSpecError(f"{field} must be a callable or 'package.module:function', got {target!r}")
-    module_name, _, attr = target.partition(":")
+        raise InvalidSpecError(
+            f"{field} must be a callable or 'package.module:function', got {target!r:.200}"
+        )
+    name = target.strip()
+    module_name, _, attr = name.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as err:
-        raise InvalidSpecError(f"{field} {target!r} cannot be imported: {err}") from err
+        obj: Any = pkgutil.resolve_name(name)
+    except ImportError as err:
+        raise InvalidSpecError(f"{field} {target!r}: cannot import {module_name!r}: {err}") from err
+    except AttributeError as err:
+        raise InvalidSpecError(
+            f"{field} {target!r}: module {module_name!r} has no attribute {attr!r} ({err})"
+        ) from err
+    except ValueError as err:
+        raise InvalidSpecError(
+            f"{field} {target!r} is not a valid 'package.module:function' name: {err}"
+        ) from err
     if not callable(obj):
         raise InvalidSpecError(f"{field} {target!r} is not callable")
     return obj  # type: ignore[no-any-return]

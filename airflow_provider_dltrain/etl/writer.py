@@ -3,8 +3,8 @@
 Executors write Parquet files with Arrow straight into the table directory (good rows) and the
 quarantine table (rows the transform marked with a non-null ``_error``) and send back only file
 metadata; the driver checks the bad-row fraction and commits one overwrite per table through
-delta-rs. Driver memory grows with the number of files, never with the data. Where the Delta Spark
-jars are on the classpath (EMR, Glue) ``use_delta_spark=True`` writes ``format("delta")`` instead.
+delta-rs. Driver memory grows with the number of files, never with the data. Every write commits
+this way, through delta-rs: there is no Delta Spark path.
 
 A re-run that produces the same rows (in any order, any number of files) commits nothing to either
 table: executors hash what they write, and the commit is skipped when the digest equals the
@@ -56,8 +56,7 @@ class WriteResult:
 
     ``ref`` is the version holding the partition's content: the new commit, or, when ``committed``
     is False because the partition already held exactly these rows, the version that last wrote it.
-    ``digest`` is the partition's content digest (``None`` when empty or not computed, as with the
-    Delta Spark writer). ``files_written`` counts the files the job wrote, also those removed again
+    ``digest`` is the partition's content digest (``None`` when the partition is empty). ``files_written`` counts the files the job wrote, also those removed again
     because nothing changed.
     """
 
@@ -125,7 +124,6 @@ def write_dataframe(
     quarantine_uri: str | None = None,
     max_bad_fraction: float = 0.0,
     allow_empty: bool = False,
-    use_delta_spark: bool = False,
 ) -> WriteResult:
     """Replace ``partition`` of ``table_uri`` with ``df`` (bad rows to quarantine) in one commit each.
 
@@ -161,8 +159,6 @@ def write_dataframe(
         dict(metadata or {}),
         storage_options,
     )
-    if use_delta_spark:
-        return _write_with_delta_spark(df, target)
     return _write_with_delta_rs(df, target, data_schema, table_schema, schema_mode)
 
 
@@ -184,7 +180,7 @@ class _Target:
         return part.path_of(self.spec, self.columns)
 
     def refuse_bad_counts(self, n_good: int, n_bad: int, reasons: Mapping[str, int]) -> str | None:
-        """Why nothing may be committed (no rows, or too many bad ones), or None. Both engines use it."""
+        """Why nothing may be committed (no rows, or too many bad ones), or None."""
         total = n_good + n_bad
         if total == 0 and not self.allow_empty:
             return (
@@ -339,55 +335,3 @@ def _written(row: Any) -> WrittenFile:
     return WrittenFile(
         row["path"], int(row["size"]), int(row["num_records"]), row["stats"], int(row["mtime"])
     )
-
-
-def _write_with_delta_spark(df: Any, target: _Target) -> WriteResult:
-    """The same contract through the Delta Spark writer (``replaceWhere``), for clusters with the jars."""
-    import json
-
-    from pyspark.sql import functions as F
-
-    from airflow_provider_dltrain.lake.write import _own_commit
-
-    t = target
-    df = df.cache()
-    try:
-        for col, val in t.spec.items():
-            if col in df.columns:
-                wrong = df.filter(F.col(col).isNull() | (F.col(col).cast("string") != F.lit(val))).count()
-                if wrong:
-                    raise InvalidSpecError(
-                        f"{wrong} row(s) have {col} != {val!r}; a write of {t.spec} may only contain that "
-                        "partition. Nothing was committed."
-                    )
-            df = df.withColumn(col, F.lit(val))
-        has_error = ERROR_COLUMN in df.columns
-        bad_df = df.filter(F.col(ERROR_COLUMN).isNotNull()) if has_error else df.limit(0)
-        good_df = df.filter(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN) if has_error else df
-        n_bad, n_good = bad_df.count(), good_df.count()
-        refusal = t.refuse_bad_counts(n_good, n_bad, {})
-        if refusal:
-            raise BadDataError(refusal)
-        options = {"replaceWhere": part.predicate(t.spec), "userMetadata": json.dumps(t.metadata)}
-        # main first, as the delta-rs path does (see _commit_both)
-        good_df.write.format("delta").mode("overwrite").options(**options).partitionBy(*t.columns).save(
-            t.table_uri
-        )
-        if n_bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None:
-            # overwrite even with no bad rows: a re-run with fixed inputs must clear the old ones
-            source = F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string")
-            record = F.to_json(F.struct(*[c for c in df.columns if c not in (ERROR_COLUMN, *t.columns)]))
-            reason = F.col(ERROR_COLUMN) if has_error else F.lit(None).cast("string")
-            (
-                bad_df.select(
-                    source.alias("source_file"), reason.alias("reason"), record.alias("record"), *t.columns
-                )
-                .write.format("delta")
-                .mode("overwrite")
-                .options(**options)
-                .partitionBy(*t.columns)
-                .save(t.quarantine_uri)
-            )
-    finally:
-        df.unpersist()
-    return WriteResult(_own_commit(t.table_uri, t.spec, t.storage_options), n_good, n_bad, 0)

@@ -101,7 +101,7 @@ class MlflowHook(BaseHook):
         return tracking_config_from(conn)
 
     def get_conn(self) -> Any:
-        """An ``MlflowClient`` for this connection (credentials exported to this task's environment)."""
+        """An ``MlflowClient`` for this connection (credentials present only during its calls)."""
         return self.get_tracking_config().client()
 
     get_client = get_conn
@@ -123,13 +123,5 @@ class MlflowHook(BaseHook):
                 client.search_experiments(max_results=1)
                 client.search_registered_models(max_results=1)
         except Exception as err:
-            return False, f"Cannot use MLflow at {where}: {_scrub(str(err), config)[:500]}"
+            return False, f"Cannot use MLflow at {where}: {config.scrub(str(err))[:500]}"
         return True, f"Connected to MLflow at {where} (tracking and model registry answer)."
-
-
-def _scrub(message: str, config: TrackingConfig) -> str:
-    """``message`` with every credential of ``config`` replaced by ``***``."""
-    for secret in config.env.values():
-        if secret and len(secret) > 3 and secret != "true":
-            message = message.replace(secret, "***")
-    return message

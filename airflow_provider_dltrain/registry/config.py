@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -27,13 +28,18 @@ def redact_uri(uri: str | None) -> str | None:
     return _USERINFO.sub("***@", uri) if uri else uri
 
 
+CREDENTIAL_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow tracking/registry location plus credentials passed as environment variables.
+    """MLflow tracking/registry location plus the credentials MLflow reads from environment variables.
 
     ``env`` holds ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` /
-    ``MLFLOW_TRACKING_TOKEN`` when a server needs them; it is excluded from ``repr`` so it never
-    reaches a log line.
+    ``MLFLOW_TRACKING_TOKEN`` when a server needs them. They are never written into this process's
+    environment for longer than one MLflow call (so no child process inherits them) and are
+    excluded from ``repr`` so they never reach a log line. Processes that need them (training
+    ranks, Spark workers) get this object, pickled with the job.
     """
 
     tracking_uri: str = field(default_factory=default_tracking_uri)
@@ -41,10 +47,12 @@ class TrackingConfig:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def apply(self) -> None:
-        """Point this process's MLflow client at the store (credentials via environment)."""
+        """Point this process's fluent MLflow API at the store (URIs only, never credentials).
+
+        For a server that needs credentials use :meth:`activated` around the calls instead.
+        """
         import mlflow
 
-        os.environ.update(self.env)
         mlflow.set_tracking_uri(self.tracking_uri)
         mlflow.set_registry_uri(self.registry_uri or self.tracking_uri)
 
@@ -54,29 +62,69 @@ class TrackingConfig:
             f"registry_uri={redact_uri(self.registry_uri)!r}, env=<{len(self.env)} hidden>)"
         )
 
-    @contextlib.contextmanager
-    def environment(self, **overrides: str) -> Iterator[None]:
-        """Credentials (plus ``overrides``) in ``os.environ`` for the block only; previous values restored.
+    def environment(self, **overrides: str | None) -> contextlib.AbstractContextManager[None]:
+        """Credentials (plus ``overrides``; ``None`` unsets) in ``os.environ`` for the block only."""
+        from airflow_provider_dltrain.utils.env import scoped_environ
 
-        For long-lived processes (the API server's connection test) that must not keep one
-        connection's credentials around for the next.
+        return scoped_environ({**self.env, **overrides})
+
+    @contextlib.contextmanager
+    def activated(self, **overrides: str | None) -> Iterator[None]:
+        """MLflow's process-wide store and credentials set to this config for the block, then restored.
+
+        For MLflow's fluent API and ``models:/`` URIs, which resolve against the global tracking and
+        registry URIs (a worker or a notebook may be pointed elsewhere).
         """
-        changes = {**self.env, **overrides}
-        saved = {key: os.environ.get(key) for key in changes}
-        os.environ.update(changes)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        import mlflow
+
+        registry = self.registry_uri or self.tracking_uri
+        previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+        with self.environment(
+            MLFLOW_TRACKING_URI=self.tracking_uri, MLFLOW_REGISTRY_URI=registry, **overrides
+        ):
+            mlflow.set_tracking_uri(self.tracking_uri)
+            mlflow.set_registry_uri(registry)
+            try:
+                yield
+            finally:
+                # set_tracking_uri also writes MLFLOW_TRACKING_URI; the environment block restores it
+                mlflow.set_tracking_uri(previous[0])
+                mlflow.set_registry_uri(previous[1])
 
     def client(self) -> Any:  # an mlflow.MlflowClient
-        """An ``MlflowClient`` on this store; credentials are exported to this process's environment."""
+        """An ``MlflowClient`` on this store; each of its calls sees the credentials, nothing else does."""
         from mlflow import MlflowClient
 
-        os.environ.update(self.env)
         registry = self.registry_uri or self.tracking_uri
-        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry)
+        client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry)
+        return _ScopedClient(client, self) if self.env else client
+
+    def scrub(self, message: str) -> str:
+        """``message`` with every credential of this config replaced by ``***``."""
+        for secret in self.env.values():
+            if secret and len(secret) > 3 and secret != "true":
+                message = message.replace(secret, "***")
+        return message
+
+
+class _ScopedClient:
+    """An ``MlflowClient`` whose every method call runs with the config's credentials in the
+    environment: MLflow reads them from there at request time, and only then are they present."""
+
+    def __init__(self, client: Any, config: TrackingConfig) -> None:
+        self._client, self._config = client, config
+
+    def __repr__(self) -> str:
+        return f"<MlflowClient on {redact_uri(self._config.tracking_uri)}>"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._config.environment():
+                return attr(*args, **kwargs)
+
+        return call

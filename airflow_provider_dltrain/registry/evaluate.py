@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import json
 import logging
 import tempfile
@@ -136,20 +135,9 @@ class GateValues:
 
 def load_evaluate_fn(evaluate_fn: EvaluateFn | str) -> EvaluateFn:
     """The callable itself, or the function named by ``"package.module:function"``."""
-    if callable(evaluate_fn):
-        return evaluate_fn
-    module_name, _, attr = str(evaluate_fn).strip().partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InvalidSpecError(f"evaluate_fn {evaluate_fn!r}: cannot import {module_name!r}: {err}") from err
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise InvalidSpecError(f"evaluate_fn {evaluate_fn!r}: {module_name!r} has no {attr!r}.")
-    if not callable(target):
-        raise InvalidSpecError(f"evaluate_fn {evaluate_fn!r} is not callable.")
-    return target  # type: ignore[no-any-return]
+    from airflow_provider_dltrain.etl.transform import load_callable
+
+    return load_callable(evaluate_fn, field="evaluate_fn")
 
 
 def rescore(
@@ -304,10 +292,10 @@ def load_version(tracking: TrackingConfig, mv: ModelVersionInfo, *, allow_pickle
         warning; by default it is refused before anything is loaded (see ``registry.loading``).
     :raises UnsafeModelError: the version needs pickle (or ships code) and ``allow_pickle`` is false.
     """
-    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label, pointed_at
+    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
 
     label = model_label(mv.name, mv.version, mv.model_uri)
-    with pointed_at(tracking):
+    with tracking.activated():
         model = load_torch_model(mv.model_uri, label, allow_pickle=allow_pickle)
     return _eval_mode(model)
 

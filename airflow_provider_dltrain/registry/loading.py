@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,18 +156,11 @@ def check_loadable(
     return fmt
 
 
-@contextlib.contextmanager
-def pickle_switch(allow_pickle: bool) -> Iterator[None]:
+def pickle_switch(allow_pickle: bool) -> contextlib.AbstractContextManager[None]:
     """``MLFLOW_ALLOW_PICKLE_DESERIALIZATION`` set for the block (``false`` unless allowed), then restored."""
-    previous = os.environ.get(ALLOW_PICKLE_ENV)
-    os.environ[ALLOW_PICKLE_ENV] = "true" if allow_pickle else "false"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(ALLOW_PICKLE_ENV, None)
-        else:
-            os.environ[ALLOW_PICKLE_ENV] = previous
+    from airflow_provider_dltrain.utils.env import scoped_environ
+
+    return scoped_environ({ALLOW_PICKLE_ENV: "true" if allow_pickle else "false"})
 
 
 def load_torch_model(model_uri: str, label: str, *, allow_pickle: bool = False, prefix: str = "") -> Any:
@@ -199,22 +191,10 @@ def load_torch_model(model_uri: str, label: str, *, allow_pickle: bool = False, 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def pointed_at(tracking: TrackingConfig) -> Iterator[None]:
-    """MLflow's process-wide store set to ``tracking`` for the block; the caller's restored after.
+def pointed_at(tracking: TrackingConfig) -> contextlib.AbstractContextManager[None]:
+    """MLflow's process-wide store (and credentials) set to ``tracking`` for the block; restored after.
 
     ``models:/name/version`` URIs resolve against the global registry URI, and an Airflow worker
-    (or a notebook) may be pointed elsewhere.
+    (or a notebook) may be pointed elsewhere. See :meth:`TrackingConfig.activated`.
     """
-    import mlflow
-
-    registry = tracking.registry_uri or tracking.tracking_uri
-    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    with tracking.environment(MLFLOW_TRACKING_URI=tracking.tracking_uri, MLFLOW_REGISTRY_URI=registry):
-        mlflow.set_tracking_uri(tracking.tracking_uri)
-        mlflow.set_registry_uri(registry)
-        try:
-            yield
-        finally:
-            mlflow.set_tracking_uri(previous[0])
-            mlflow.set_registry_uri(previous[1])
+    return tracking.activated()

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -69,21 +69,18 @@ def _default_threads() -> int:
     return int(torch.get_num_threads())
 
 
-@contextlib.contextmanager
-def _inherit_sys_path() -> Iterator[None]:
-    """Let torchrun's processes import what this process can (test modules, DAG folders)."""
+def _inherit_sys_path() -> contextlib.AbstractContextManager[None]:
+    """Let torchrun's processes import what this process can (test modules, DAG folders).
+
+    Only ``PYTHONPATH`` is added for them: MLflow credentials travel inside the pickled job
+    (``RankJob.tracking``), never through the environment the ranks inherit.
+    """
+    from airflow_provider_dltrain.utils.env import scoped_environ
+
     before = os.environ.get("PYTHONPATH")
     paths = [p for p in sys.path if p and os.path.isdir(p)]
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys([*(before.split(os.pathsep) if before else []), *paths])
-    )
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+    joined = os.pathsep.join(dict.fromkeys([*(before.split(os.pathsep) if before else []), *paths]))
+    return scoped_environ({"PYTHONPATH": joined})
 
 
 class TorchDistributorBackend:

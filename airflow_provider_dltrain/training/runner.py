@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -54,24 +53,9 @@ class TrainResult:
 
 def load_train_fn(train_fn: TrainFn | str) -> TrainFn:
     """The callable itself, or the function named by ``"package.module:function"``."""
-    if callable(train_fn):
-        return train_fn
-    if not isinstance(train_fn, str) or ":" not in train_fn:
-        raise InvalidSpecError(
-            f"train_fn must be a callable or 'package.module:function', got {train_fn!r:.200}"
-        )
-    module_name, _, attr = train_fn.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InvalidSpecError(f"train_fn {train_fn!r}: cannot import module {module_name!r}: {err}") from err
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise InvalidSpecError(f"train_fn {train_fn!r}: {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise InvalidSpecError(f"train_fn {train_fn!r} is not callable")
-    return target  # type: ignore[no-any-return]
+    from airflow_provider_dltrain.etl.transform import load_callable
+
+    return load_callable(train_fn, field="train_fn")
 
 
 def data_cutoff(data_filter: DNF, partition_columns: tuple[str, ...]) -> str | None:
@@ -193,19 +177,22 @@ def run_training(
         )
     else:
         run_id = uuid.uuid4().hex
-    job = RankJob(fn, plan, params, seed, _run_dir(run_id), config, run_id if config else None)
-    log.info(
-        "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
-        all_tags["dltrain.code_hash"][:12],
-        plan.ref.uri,
-        plan.ref.version,
-        len(plan.files),
-        plan.fingerprint[:12],
-        runner.name,
-        runner.world_size,
-        run_id,
-    )
-    report = _run(runner, job, config, run_id)
+    with _failure_ends_run(config, run_id):
+        job = RankJob(fn, plan, params, seed, _run_dir(run_id), config, run_id if config else None)
+        log.info(
+            "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
+            all_tags["dltrain.code_hash"][:12],
+            plan.ref.uri,
+            plan.ref.version,
+            len(plan.files),
+            plan.fingerprint[:12],
+            runner.name,
+            runner.world_size,
+            run_id,
+        )
+        report = runner.run(job)
+        if config is not None:
+            _finish(config, run_id, report)
     return TrainResult(
         run_id=run_id,
         model_uri=report.get("model_uri"),
@@ -222,18 +209,23 @@ def run_training(
     )
 
 
-def _run(runner: Backend, job: RankJob, config: TrackingConfig | None, run_id: str) -> dict[str, Any]:
-    """Run the backend; close the MLflow run as FINISHED or FAILED whatever happens."""
-    from airflow_provider_dltrain.training.tracking import finish_run
+@contextlib.contextmanager
+def _failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[None]:
+    """Whatever fails in the block ends the MLflow run FAILED, with the reason in a tag."""
+    from airflow_provider_dltrain.training.tracking import end_failed
 
     try:
-        report = runner.run(job)
-    except BaseException:
+        yield
+    except BaseException as err:
         if config is not None:
-            finish_run(config, run_id, failed=True)
+            end_failed(config, run_id, err)
         raise
-    if config is not None:
-        logged = set(report.get("logged_metric_keys", []))
-        unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
-        finish_run(config, run_id, failed=False, metrics=unlogged)
-    return report
+
+
+def _finish(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> None:
+    """Log the final metrics rank 0 did not log, then end the run FINISHED."""
+    from airflow_provider_dltrain.training.tracking import finish_run
+
+    logged = set(report.get("logged_metric_keys", []))
+    unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
+    finish_run(config, run_id, failed=False, metrics=unlogged)

@@ -41,6 +41,8 @@ TAG_KEYS = (
     "dltrain.data_fingerprint",
 )
 _MAX_PARAM = 6000
+_MAX_TAG = 5000
+FAILURE_TAG = "dltrain.failure"
 
 
 def flatten_params(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -93,24 +95,44 @@ def start_run(
     params: Mapping[str, Any],
     plan: ScanPlan,
 ) -> tuple[str, str]:
-    """Create the run with its tags, params and Delta dataset input; return ``(run_id, experiment_id)``."""
-    require("mlflow", "mlflow")
-    from mlflow.entities import DatasetInput, InputTag, Param
+    """Create the run with its tags, params and Delta dataset input; return ``(run_id, experiment_id)``.
 
+    Once the run exists, any failure ends it FAILED with the reason in ``dltrain.failure``; params
+    MLflow refuses (a bad key, a value too long) raise :class:`InvalidSpecError`.
+    """
+    require("mlflow", "mlflow")
     client = config.client()
     experiment_id = ensure_experiment(client, experiment_name, config.tracking_uri)
-    run = client.create_run(experiment_id, tags=dict(tags), run_name=run_name)
-    run_id = run.info.run_id
+    run_id = client.create_run(experiment_id, tags=dict(tags), run_name=run_name).info.run_id
+    try:
+        _fill_run(client, run_id, params, plan)
+    except BaseException as err:
+        end_failed(config, run_id, err)
+        raise
+    return run_id, experiment_id
+
+
+def _fill_run(client: Any, run_id: str, params: Mapping[str, Any], plan: ScanPlan) -> None:
+    from mlflow.entities import DatasetInput, InputTag, Param
+    from mlflow.exceptions import MlflowException
+
     flat = flatten_params(params)
     if flat:
-        client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(flat.items())])
+        try:
+            client.log_batch(run_id, params=[Param(k, v) for k, v in sorted(flat.items())])
+        except MlflowException as err:
+            if err.error_code != "INVALID_PARAMETER_VALUE":
+                raise
+            raise InvalidSpecError(
+                f"MLflow refused the hyper-parameters of run {run_id} ({err.message}); rename or "
+                "shorten the offending hparams key or value."
+            ) from err
     client.log_inputs(
         run_id,
         datasets=[
             DatasetInput(_dataset(plan)._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])
         ],
     )
-    return run_id, experiment_id
 
 
 def _dataset(plan: ScanPlan) -> Any:
@@ -133,6 +155,28 @@ def finish_run(
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())])
     client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
+
+def failure_reason(config: TrackingConfig, err: BaseException) -> str:
+    """What a failed run's ``dltrain.failure`` tag says: the error's type and first lines, no secrets."""
+    text = f"{type(err).__name__}: {err}".strip()
+    lines = text.splitlines()
+    short = "\n".join(lines[:20]) + ("\n..." if len(lines) > 20 else "")
+    return config.scrub(short)[:_MAX_TAG]
+
+
+def end_failed(config: TrackingConfig, run_id: str, err: BaseException) -> None:
+    """Mark ``run_id`` FAILED with ``dltrain.failure`` saying why; never hides ``err`` behind its own error."""
+    try:
+        client = config.client()
+        client.set_tag(run_id, FAILURE_TAG, failure_reason(config, err))
+        client.set_terminated(run_id, status="FAILED")
+    except Exception as mark_err:  # the store may be what failed: report the original error
+        log.warning(
+            "could not mark MLflow run %s FAILED: %s",
+            run_id,
+            config.scrub(f"{type(mark_err).__name__}: {mark_err}"),
+        )
 
 
 class RankTracker:
@@ -201,27 +245,18 @@ class MlflowRankTracker(RankTracker):
         with torch.no_grad():
             output = model(example)
         signature = infer_signature(example.numpy(), np.asarray(output.detach().cpu().numpy()))
-        # The fluent API needs a process-wide store: use ours, then put back the caller's exactly
-        # (set_tracking_uri also writes MLFLOW_TRACKING_URI into the environment). The run names
-        # its experiment, so a caller's active experiment (set_experiment, MLFLOW_EXPERIMENT_*) from
-        # another store must not make start_run refuse it.
+        # The fluent API needs a process-wide store and credentials: ours for this call only, then
+        # the caller's back exactly. The run names its experiment, so a caller's active experiment
+        # (set_experiment, MLFLOW_EXPERIMENT_*) from another store must not make start_run refuse it.
         import mlflow.tracking.fluent as fluent
 
-        keys = (
-            "MLFLOW_TRACKING_URI",
-            "MLFLOW_REGISTRY_URI",
-            "MLFLOW_EXPERIMENT_ID",
-            "MLFLOW_EXPERIMENT_NAME",
-        )
-        saved_env = {k: os.environ.get(k) for k in keys}
-        previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
         saved_experiment = getattr(fluent, "_active_experiment_id", None)
-        self.config.apply()
-        for key in keys[2:]:
-            os.environ.pop(key, None)
         fluent._active_experiment_id = None
         try:
-            with mlflow.start_run(run_id=self.run_id, nested=mlflow.active_run() is not None):
+            with (
+                self.config.activated(MLFLOW_EXPERIMENT_ID=None, MLFLOW_EXPERIMENT_NAME=None),
+                mlflow.start_run(run_id=self.run_id, nested=mlflow.active_run() is not None),
+            ):
                 info = mlflow.pytorch.log_model(
                     model,
                     name=name,
@@ -232,14 +267,7 @@ class MlflowRankTracker(RankTracker):
                     serialization_format=SERIALIZATION_FORMAT,
                 )
         finally:
-            mlflow.set_tracking_uri(previous[0])
-            mlflow.set_registry_uri(previous[1])
             fluent._active_experiment_id = saved_experiment
-            for key, value in saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         self._require_pt2(str(info.model_uri))
         return str(info.model_uri)
 
