@@ -78,7 +78,7 @@ def test_a_filter_delta_rs_cannot_take_is_refused_naming_the_input(spark, tmp_pa
 
 
 def test_the_operator_refuses_a_bad_filter_without_retry_before_any_spark_job(tmp_path, monkeypatch):
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from airflow_provider_dltrain.operators.spark import SparkToDeltaOperator
 
