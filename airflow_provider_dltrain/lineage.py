@@ -8,11 +8,27 @@ kept on the side, so the chain is as true as the tables are.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
+
+# How lineage reaches each table it reads: a callable ``uri -> options`` or a mapping by table URI.
+OptionsByTable = Callable[[str], StorageOptions | None] | Mapping[str, StorageOptions | None]
+
+
+def _resolver(
+    storage_options: StorageOptions | None, by_table: OptionsByTable | None
+) -> Callable[[str], StorageOptions | None]:
+    """Each table's options: ``by_table``'s when given, else ``storage_options`` for every table."""
+    if by_table is None:
+        return lambda uri: storage_options
+    if callable(by_table):
+        return by_table
+    table_options = {normalize_uri(k): v for k, v in by_table.items()}
+    return lambda uri: table_options.get(normalize_uri(uri), storage_options)
 
 
 def _committed_by(info: dict[str, Any]) -> dict[str, Any]:
@@ -115,16 +131,23 @@ def lineage(
     version: int | None = None,
     tracking: Any = None,
     storage_options: StorageOptions | None = None,
+    *,
+    options_for: OptionsByTable | None = None,
 ) -> dict[str, Any]:
-    """The lineage chain of ``version`` (default: newest) of a prediction table, as a JSON-able dict."""
+    """The lineage chain of ``version`` (default: newest) of a prediction table, as a JSON-able dict.
+
+    Each table is read with its own options: ``options_for`` (a callable ``uri -> options`` or a
+    mapping by table URI) when given; otherwise ``storage_options`` serves every table.
+    """
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
-    log = DeltaLog(table_uri, storage_options)
+    options = _resolver(storage_options, options_for)
+    log = DeltaLog(table_uri, options(table_uri))
     newest = log.latest_version()
     if newest is None:
         raise TableNotFoundError(f"no Delta table at {table_uri}")
     version = newest if version is None else version
-    prediction = _commit(table_uri, version, storage_options)
+    prediction = _commit(table_uri, version, options(table_uri))
     info = log.commit_info(version)
     chain: dict[str, Any] = {"prediction": prediction}
     name, model_version = info.get("dltrain.model_name"), info.get("dltrain.model_version")
@@ -133,16 +156,17 @@ def lineage(
         chain["model"] = model
         data = model.get("training_data")
         if data and data.get("uri") is not None:
-            chain["training_commit"] = _commit(data["uri"], int(data["version"]), storage_options)
+            chain["training_commit"] = _commit(data["uri"], int(data["version"]), options(data["uri"]))
             chain["training_partitions"] = _training_partitions(
-                data["uri"], int(data["version"]), model.get("data_filter"), storage_options
+                data["uri"], int(data["version"]), model.get("data_filter"), options(data["uri"])
             )
     if info.get("dltrain.input_uri") and info.get("dltrain.input_version") is not None:
+        input_uri = info["dltrain.input_uri"]
         chain["scored_input_commit"] = _commit(
-            info["dltrain.input_uri"], int(info["dltrain.input_version"]), storage_options
+            input_uri, int(info["dltrain.input_version"]), options(input_uri)
         )
         if chain.get("training_partitions") is not None:
-            chain["changed_since_training"] = _changed_since_training(chain, storage_options)
+            chain["changed_since_training"] = _changed_since_training(chain, options(input_uri))
     return chain
 
 

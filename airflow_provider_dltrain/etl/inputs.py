@@ -1,53 +1,173 @@
-"""Turn input specs (raw files or pinned Delta versions) into Spark DataFrames."""
+"""Turn input specs (raw files or pinned Delta versions) into Spark DataFrames.
+
+A Delta version is read the way Delta defines its rows, without the Delta Spark jars: delta-rs
+resolves the version on the driver (files pruned by the partition filter, deletion vectors turned
+into the row indices they drop, column mapping refused), and Spark executors read those Parquet
+files with pyarrow, dropping the deleted rows and applying the filter to rows. Nothing but the file
+list passes through the driver, so the data is never collected there. Local paths and ``s3://``
+read the same way (the local engine has no hadoop-aws jars; pyarrow's S3 filesystem reaches S3).
+
+Why not Spark's own Parquet reader: it cannot apply deletion vectors, cannot reach S3 here, and
+gives partition columns as strings. Measured roughly on 2 shared cores, 2M rows x 3 columns in 8
+files, counting rows matching a filter on a non-partition column (warm session): Spark's reader
+0.5 s, this reader 1.2 s (the Arrow hop from the Python workers); scoring and transforms cost far more.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
+from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, normalize_uri
 
 RAW_FORMATS = ("binaryFile", "csv", "parquet", "json", "text")
+# Values delta-rs accepts in filter tuples (and that compare the same in pyarrow).
+_PLAIN = (str, int, float, bool, date, datetime, Decimal)
+_ROWS_PER_BATCH = 65_536
 
 
-def _spark_path(uri: str) -> str:
-    """Spark reads S3 through the s3a connector; everything else as given."""
-    uri = normalize_uri(uri)
-    return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
+def check_filters(value: Any, field: str) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
+    """``value`` as a DNF of ``(column, op, value)`` or :class:`InvalidSpecError` naming ``field``.
+
+    Only the operators delta-rs takes (``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``,
+    ``not in``; ``==`` means ``=``) and plain values (str, int, float, bool, date, datetime,
+    Decimal) pass: call it before any job runs, so a typo fails once instead of being retried.
+    """
+    from airflow_provider_dltrain.training.data import normalize_filter
+
+    try:
+        dnf = normalize_filter(value)
+    except InvalidSpecError as err:
+        raise InvalidSpecError(f"{field}: {err}") from err
+    for column, op, operand in (p for conj in dnf for p in conj):
+        values = operand if op in ("in", "not in") else (operand,)
+        bad = [v for v in values if not isinstance(v, _PLAIN)]
+        if bad:
+            raise InvalidSpecError(
+                f"{field}: the value for {column!r} {op} is {bad[0]!r:.100} ({type(bad[0]).__name__}); "
+                "use a string, number, boolean or date"
+            )
+    return tuple(tuple((c, "=" if op == "==" else op, v) for c, op, v in conj) for conj in dnf)
+
+
+def delta_rs_filters(dnf: Any) -> list[list[tuple[str, str, Any]]] | None:
+    return [[(c, op, list(v) if isinstance(v, tuple) else v) for c, op, v in conj] for conj in dnf] or None
 
 
 def read_delta(
-    spark: Any, ref: DeltaRef, storage_options: StorageOptions | None = None, filters: Any = None
+    spark: Any,
+    ref: DeltaRef,
+    storage_options: StorageOptions | None = None,
+    filters: Any = None,
+    *,
+    field: str = "filters",
 ) -> Any:
-    """Exactly the rows of ``ref``'s version (partition columns included), without the Delta Spark jars.
+    """Exactly the rows of ``ref``'s version (deleted rows excluded) matching ``filters``.
 
-    The file list of that version is resolved on the driver by delta-rs; Spark reads those Parquet
-    files, and recovers the partition columns from the Hive-style directories as strings.
+    ``filters`` is a DNF list of ``[column, op, value]``: it prunes files by partition values and
+    statistics on the driver, then selects rows in the executors. Partition columns carry the
+    table's types.
     """
-    from airflow_provider_dltrain.lake.table import open_table
+    from airflow_provider_dltrain.lake.table import scan_version
 
-    table = open_table(ref.uri, ref.version, storage_options)
-    files = [_spark_path(f) for f in table.file_uris(filters)]
-    partition_cols = list(table.metadata().partition_columns)
-    if not files:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import from_arrow_schema
+    dnf = check_filters(filters, field)
+    return read_scan(spark, scan_version(ref, storage_options, delta_rs_filters(dnf)), storage_options, dnf)
 
-        return spark.createDataFrame([], from_arrow_schema(pa.schema(table.schema().to_arrow())))
-    reader = spark.read.option("basePath", _spark_path(ref.uri)).option("mergeSchema", "true")
-    df = reader.parquet(*files)
-    names = [f.name for f in table.schema().fields]
-    return df.select(*[c for c in names if c in df.columns or c in partition_cols])
+
+def read_scan(spark: Any, scan: Any, storage_options: StorageOptions | None = None, dnf: Any = ()) -> Any:
+    """A DataFrame over a :class:`~airflow_provider_dltrain.lake.table.VersionScan`, read in executors."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from airflow_provider_dltrain.training.data import filter_expression
+
+    spark_schema = from_arrow_schema(scan.schema)
+    try:
+        expr = filter_expression(dnf, scan.schema)  # checks every filtered column exists
+    except InvalidSpecError as err:
+        raise InvalidSpecError(f"{scan.ref.uri} version {scan.ref.version}: {err}") from err
+    if not scan.files:
+        return spark.createDataFrame([], spark_schema)
+    rows = [(f.uri, json.dumps(dict(f.partition)), list(f.deleted_rows)) for f in scan.files]
+    listing = spark.createDataFrame(rows, "uri string, partition string, deleted array<long>")
+    # One task per file (at most 4 per core): the unit a Parquet reader splits work by here.
+    slices = min(len(rows), 4 * spark.sparkContext.defaultParallelism)
+    schema, options = scan.schema, dict(storage_options or {})
+
+    def read(batches: Iterator[Any]) -> Iterator[Any]:
+        return read_files(batches, schema, options, expr)
+
+    return listing.repartition(slices).mapInArrow(read, spark_schema)
+
+
+def read_files(
+    batches: Iterator[Any], schema: Any, storage_options: StorageOptions, expr: Any
+) -> Iterator[Any]:
+    """Executor side: the listed files' rows in ``schema``, deleted rows dropped, ``expr`` applied."""
+    import pyarrow.parquet as pq
+
+    for listing in batches:
+        for item in listing.to_pylist():
+            fs, path = filesystem(item["uri"], storage_options)
+            partition = json.loads(item["partition"])
+            deleted = sorted(item["deleted"] or ())
+            offset = 0
+            with fs.open_input_file(path) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=_ROWS_PER_BATCH):
+                    out = _conform(_drop_rows(batch, deleted, offset), schema, partition)
+                    offset += batch.num_rows
+                    if expr is not None:
+                        yield from _filtered(out, expr)
+                    elif out.num_rows:
+                        yield out
+
+
+def _drop_rows(batch: Any, deleted: list[int], offset: int) -> Any:
+    import bisect
+
+    import numpy as np
+    import pyarrow as pa
+
+    lo, hi = bisect.bisect_left(deleted, offset), bisect.bisect_left(deleted, offset + batch.num_rows)
+    if lo == hi:
+        return batch
+    keep = np.ones(batch.num_rows, dtype=bool)
+    keep[np.asarray(deleted[lo:hi]) - offset] = False
+    return batch.filter(pa.array(keep))
+
+
+def _conform(batch: Any, schema: Any, partition: Mapping[str, str | None]) -> Any:
+    """``batch`` with exactly ``schema``'s columns: partition values filled in, absent columns null."""
+    import pyarrow as pa
+
+    n, columns = batch.num_rows, []
+    for field in schema:
+        if field.name in partition:
+            value = pa.array([partition[field.name]], pa.string()).cast(field.type)[0]
+            columns.append(pa.repeat(value, n))
+        elif field.name in batch.schema.names:
+            columns.append(batch.column(field.name).cast(field.type))
+        else:  # a column added after this file was written
+            columns.append(pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _filtered(batch: Any, expr: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
+    yield from (b for b in pa.Table.from_batches([batch]).filter(expr).to_batches() if b.num_rows)
 
 
 def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = None) -> Any:
     """Read one input: a ``DeltaRef`` (dict) or ``{"path": ..., "format": ..., "options": {...}}``."""
-    if isinstance(spec, DeltaRef) or (isinstance(spec, Mapping) and "version" in spec and "uri" in spec):
+    if is_delta_spec(spec):
         ref = DeltaRef.coerce(spec)  # type: ignore[arg-type]
         return read_delta(
-            spark, ref, storage_options, (spec.get("filters") if isinstance(spec, Mapping) else None)
+            spark, ref, storage_options, spec.get("filters") if isinstance(spec, Mapping) else None
         )
     if isinstance(spec, str):
         spec = {"path": spec, "format": "parquet"}
@@ -61,24 +181,73 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
     options = {str(k): str(v) for k, v in dict(spec.get("options") or {}).items()}
     if fmt == "csv":
         options.setdefault("header", "true")
-    return spark.read.format(fmt).options(**options).load(_spark_path(str(spec["path"])))
+    path = str(spec["path"])
+    if is_remote(path):
+        from airflow_provider_dltrain.etl.remote_files import read_remote
+
+        return read_remote(spark, normalize_uri(path), fmt, options, storage_options)
+    return spark.read.format(fmt).options(**options).load(normalize_uri(path))
+
+
+def is_delta_spec(spec: Any) -> bool:
+    return isinstance(spec, DeltaRef) or (isinstance(spec, Mapping) and "version" in spec and "uri" in spec)
+
+
+def input_uri(spec: Any) -> str | None:
+    """The table or path an input spec reads (``None`` when it names none)."""
+    if isinstance(spec, DeltaRef):
+        return spec.uri
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, Mapping):
+        value = spec.get("uri") if is_delta_spec(spec) else spec.get("path")
+        return str(value) if value is not None else None
+    return None
+
+
+def check_inputs(inputs: Mapping[str, Any]) -> None:
+    """Validate the filters of every Delta input before anything runs (names the input)."""
+    for name, spec in (inputs or {}).items():
+        if is_delta_spec(spec) and isinstance(spec, Mapping):
+            check_filters(spec.get("filters"), f"inputs[{name!r}].filters")
 
 
 def read_inputs(
-    spark: Any, inputs: Mapping[str, Any], storage_options: StorageOptions | None = None
+    spark: Any,
+    inputs: Mapping[str, Any],
+    storage_options: StorageOptions | None = None,
+    *,
+    input_storage_options: Mapping[str, StorageOptions | None] | None = None,
 ) -> dict[str, Any]:
-    """Every input by name; a raw path that does not exist raises :class:`InputNotFoundError` naming it."""
+    """Every input by name; a raw path that does not exist raises :class:`InputNotFoundError` naming it.
+
+    ``input_storage_options`` gives an input its own storage options (by input name); the others
+    use ``storage_options``.
+    """
+    check_inputs(inputs)
+    per_input = dict(input_storage_options or {})
     frames = {}
     for name, spec in (inputs or {}).items():
+        options = per_input.get(name, storage_options)
         try:
-            frames[name] = read_input(spark, spec, storage_options)
+            if is_delta_spec(spec) and isinstance(spec, Mapping):
+                frames[name] = read_delta(
+                    spark,
+                    DeltaRef.coerce(dict(spec)),
+                    options,
+                    spec.get("filters"),
+                    field=f"inputs[{name!r}].filters",
+                )
+            else:
+                frames[name] = read_input(spark, spec, options)
+        except InputNotFoundError as err:
+            raise InputNotFoundError(f"input {name!r}: {err}") from None
         except Exception as err:
             if "PATH_NOT_FOUND" not in str(err) and "Path does not exist" not in str(err):
                 raise
-            path = spec.get("path") if isinstance(spec, Mapping) else spec
             # Retryable: the usual cause is data that has not landed yet for this date.
             raise InputNotFoundError(
-                f"input {name!r}: nothing at {path} (the path does not exist). Has the data for this "
-                "date landed? Check the path template, or re-run once it has arrived."
+                f"input {name!r}: nothing at {input_uri(spec)} (the path does not exist). Has the data for "
+                "this date landed? Check the path template, or re-run once it has arrived."
             ) from None
     return frames

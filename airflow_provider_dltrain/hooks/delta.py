@@ -128,7 +128,10 @@ class DeltaTableHook(BaseHook):
         """delta-rs storage options for ``table_uri``: none for local paths, AWS ones for ``s3://``."""
         if not is_remote(table_uri):
             return dict(self.storage_options)
-        options = self._aws_storage_options() if self.aws_conn_id else {}
+        try:
+            options = self._aws_storage_options() if self.aws_conn_id else {}
+        except InvalidSpecError as err:
+            raise InvalidSpecError(f"table {normalize_uri(table_uri)}: {err}") from err
         options.update(self.storage_options)
         self.log.debug("storage options for %s: %s", table_uri, redact(options))
         return options

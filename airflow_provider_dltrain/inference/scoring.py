@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
@@ -140,32 +140,29 @@ def worker_errors_as_user_errors() -> Iterator[None]:
 
 
 def read_input(spark: Any, ref: DeltaRef, input_filter: Any, storage_options: StorageOptions | None) -> Any:
-    """Exactly the rows of ``ref``'s version matching ``input_filter`` (a DNF partition filter)."""
-    from airflow_provider_dltrain.etl.inputs import read_delta
+    """Exactly the rows of ``ref``'s version matching ``input_filter``, deleted rows excluded.
 
-    filters = _filters(input_filter)
-    df = read_delta(spark, ref, storage_options, filters)
-    if not df.inputFiles():
+    ``input_filter`` is a DNF list of ``[column, op, value]``: partition predicates prune files
+    before anything is read; every predicate selects rows.
+    """
+    from airflow_provider_dltrain.etl.inputs import check_filters, delta_rs_filters, read_scan
+    from airflow_provider_dltrain.lake.table import scan_version
+
+    dnf = check_filters(input_filter, "input_filter")
+    scan = scan_version(ref, storage_options, delta_rs_filters(dnf))
+    if not scan.files:
         raise InvalidSpecError(
-            f"input {ref.uri} version {ref.version} has no data files matching input_filter {filters}; "
-            "check the filter, or that the task producing that partition ran"
+            f"input {ref.uri} version {ref.version} has no data files matching input_filter "
+            f"{[list(map(list, c)) for c in dnf]}; check the filter, or that the task producing that partition ran"
         )
-    return df
-
-
-def _filters(value: Any) -> list[tuple[str, str, Any]] | None:
-    if value in (None, [], ()):
-        return None
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or not all(isinstance(t, Sequence) and not isinstance(t, str) and len(t) == 3 for t in value)
-    ):
-        raise InvalidSpecError(
-            f"input_filter must be a list of [column, op, value] triples, e.g. [['ds', '=', '2026-11-28']]; "
-            f"got {value!r:.120}"
+    if scan.deleted_rows:
+        log.info(
+            "%s v%s: %d row(s) removed by deletion vectors are skipped",
+            ref.uri,
+            ref.version,
+            scan.deleted_rows,
         )
-    return [(str(c), str(op), v) for c, op, v in value]
+    return read_scan(spark, scan, storage_options, dnf)
 
 
 def score_table(
@@ -181,19 +178,24 @@ def score_table(
     metadata: Mapping[str, str] | None = None,
     storage_options: StorageOptions | None = None,
     allow_pickle: bool = False,
+    input_storage_options: StorageOptions | None = None,
 ) -> DeltaRef:
     """Score ``input_ref`` at exactly its version into ``partition`` of ``table_uri``; return the new version.
 
     Re-running with the same arguments leaves the same rows: the partition is overwritten in one
     Delta commit, other partitions are untouched. A model that would run code while loading (pickle
     format, ``code_paths``) is refused before any worker loads it, unless ``allow_pickle`` (a warning).
+    ``storage_options`` reach ``table_uri``; ``input_storage_options`` the input (default: the same).
     """
+    from airflow_provider_dltrain.etl.inputs import check_filters
     from airflow_provider_dltrain.etl.writer import write_dataframe
 
     spec = ScoringSpec.coerce(scoring)
     ref = DeltaRef.coerce(input_ref)  # type: ignore[arg-type]
+    check_filters(input_filter, "input_filter")  # before the model or any file is touched
     require_loadable(model, tracking, allow_pickle=allow_pickle)
-    df = read_input(spark, ref, input_filter, storage_options)
+    in_options = storage_options if input_storage_options is None else input_storage_options
+    df = read_input(spark, ref, input_filter, in_options)
     scored = score_dataframe(df, model, spec, tracking, input_version=ref.version, allow_pickle=allow_pickle)
     log.info("scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition)
     with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():

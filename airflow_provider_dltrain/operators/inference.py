@@ -44,7 +44,8 @@ class SparkBatchInferenceOperator(BaseOperator):
         the champion of D+1, a model trained after D's data was scored) (templated).
     :param mlflow_conn_id: Airflow ``mlflow`` connection; ``None`` uses ``$MLFLOW_TRACKING_URI``
         or the embedded SQLite store.
-    :param aws_conn_id: Airflow ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    :param aws_conn_id: Airflow ``aws`` connection for an ``s3://`` output table (ignored for local paths).
+    :param input_aws_conn_id: Airflow ``aws`` connection for an ``s3://`` input; default ``aws_conn_id``.
     :param allow_pickle: score with a model saved in PyTorch's pickle format (or logged with
         ``code_paths``) anyway, logging a warning. Default False: such a model is refused before
         any worker loads it, because unpickling runs code it carries; re-log it with
@@ -80,6 +81,7 @@ class SparkBatchInferenceOperator(BaseOperator):
         model_as_of: str | None = None,
         mlflow_conn_id: str | None = "mlflow_default",
         aws_conn_id: str | None = None,
+        input_aws_conn_id: str | None = None,
         allow_pickle: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -98,6 +100,7 @@ class SparkBatchInferenceOperator(BaseOperator):
         self.model_as_of = model_as_of
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id
+        self.input_aws_conn_id = input_aws_conn_id or aws_conn_id
         if not isinstance(allow_pickle, bool):
             raise ValueError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         self.allow_pickle = allow_pickle
@@ -111,10 +114,10 @@ class SparkBatchInferenceOperator(BaseOperator):
 
         return MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
 
-    def _storage_options(self) -> dict[str, str] | None:
+    def _storage_options(self, conn_id: str | None, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.utils.context import storage_options_for
 
-        return storage_options_for(self.aws_conn_id, self.table_uri)
+        return storage_options_for(conn_id, uri)
 
     def _input_ref(self) -> DeltaRef:
         from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -126,12 +129,16 @@ class SparkBatchInferenceOperator(BaseOperator):
             raise InvalidSpecError(f"input: {err}; pass the DeltaRef dict an upstream task returned") from err
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.etl.inputs import check_filters
         from airflow_provider_dltrain.etl.spark import spark_session
         from airflow_provider_dltrain.inference import resolve_scoring_model, score_table
         from airflow_provider_dltrain.utils.context import commit_metadata_from
 
         with fail_fast_on_user_error():
             ref = self._input_ref()
+            check_filters(self.input_filter, "input_filter")
+            output_options = self._storage_options(self.aws_conn_id, self.table_uri)
+            input_options = self._storage_options(self.input_aws_conn_id, ref.uri)
             tracking = self._tracking()
             chosen = resolve_scoring_model(self.model, tracking, self.model_as_of or None, field="model")
             self.log.info("model %s resolved to %s", self.model, chosen.model_uri)
@@ -145,7 +152,8 @@ class SparkBatchInferenceOperator(BaseOperator):
                 tracking=tracking,
                 input_filter=self.input_filter,
                 metadata=commit_metadata_from(context),
-                storage_options=self._storage_options(),
+                storage_options=output_options,
+                input_storage_options=input_options,
                 allow_pickle=self.allow_pickle,
             )
         self.log.info("scored %s v%d into %s version %d", ref.uri, ref.version, out.uri, out.version)

@@ -19,6 +19,9 @@ class DeltaLineageOperator(BaseOperator):
     :param table_uri: the prediction table (templated).
     :param version: its version, an int, a ``DeltaRef`` dict or XComArg (templated); default newest.
     :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
+    :param aws_conn_id: ``aws`` connection for ``s3://`` tables that ``aws_conn_ids`` does not name.
+    :param aws_conn_ids: table URI (or prefix, e.g. ``"s3://features-bucket"``) → ``aws`` connection,
+        for training and input tables kept under other credentials than the prediction table.
     """
 
     template_fields: Sequence[str] = ("table_uri", "version")
@@ -31,6 +34,7 @@ class DeltaLineageOperator(BaseOperator):
         version: Any = None,
         mlflow_conn_id: str = "mlflow_default",
         aws_conn_id: str | None = None,
+        aws_conn_ids: dict[str, str | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -38,6 +42,7 @@ class DeltaLineageOperator(BaseOperator):
         self.version = version
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id
+        self.aws_conn_ids = dict(aws_conn_ids or {})
 
     def _version(self) -> int | None:
         value = self.version
@@ -54,12 +59,12 @@ class DeltaLineageOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lineage import format_lineage, lineage
-        from airflow_provider_dltrain.utils.context import storage_options_for
+        from airflow_provider_dltrain.utils.context import storage_options_resolver
 
-        storage = storage_options_for(self.aws_conn_id, self.table_uri)
+        options_for = storage_options_resolver(self.aws_conn_id, self.aws_conn_ids)
         with fail_fast_on_user_error():
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
-            chain = lineage(self.table_uri, self._version(), tracking, storage)
+            chain = lineage(self.table_uri, self._version(), tracking, options_for=options_for)
         for line in format_lineage(chain).splitlines():
             self.log.info("%s", line)
         return chain

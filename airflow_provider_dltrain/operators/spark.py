@@ -48,12 +48,15 @@ class SparkToDeltaOperator(BaseOperator):
     :param table_uri: target Delta table, local path or ``s3://`` (templated).
     :param partition: the partition to replace, e.g. ``{"ds": "{{ data_interval_start | ds }}"}`` (templated).
     :param transform: a callable or ``"package.module:function"``.
-    :param inputs: name → ``{"path", "format", "options"}`` raw files or a ``DeltaRef`` dict (templated).
+    :param inputs: name → ``{"path", "format", "options"}`` raw files or a ``DeltaRef`` dict with
+        optional ``"filters"`` (a DNF list of ``[column, op, value]``); either may name its own
+        ``"aws_conn_id"`` for an ``s3://`` location (default: ``aws_conn_id``) (templated).
     :param transform_params: passed to the transform as its third argument (templated). Not named
         ``params``: that name belongs to Airflow's DAG/task Params, which Airflow merges and never renders.
     :param engine: where Spark runs; ``"local"`` (embedded ``local[*]`` session).
     :param write: a :class:`DeltaWriteOptions` (or its dict).
-    :param aws_conn_id: Airflow ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    :param aws_conn_id: Airflow ``aws`` connection for an ``s3://`` target table, and for inputs that
+        name none (ignored for local paths).
     :param spark_conf: extra Spark settings for the session.
     """
 
@@ -99,16 +102,35 @@ class SparkToDeltaOperator(BaseOperator):
 
         return storage_options_for(self.aws_conn_id, self.table_uri)
 
+    def _input_storage_options(self) -> dict[str, dict[str, str] | None]:
+        """Each input's storage options, from its own ``aws_conn_id`` (default: the operator's)."""
+        from collections.abc import Mapping
+
+        from airflow_provider_dltrain.etl.inputs import input_uri
+        from airflow_provider_dltrain.utils.context import storage_options_for
+
+        options = {}
+        for name, spec in self.inputs.items():
+            conn_id = (
+                spec.get("aws_conn_id", self.aws_conn_id) if isinstance(spec, Mapping) else self.aws_conn_id
+            )
+            uri = input_uri(spec)
+            options[name] = storage_options_for(conn_id, uri) if uri else None
+        return options
+
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.etl import read_inputs, run_transform, spark_session, write_dataframe
+        from airflow_provider_dltrain.etl.inputs import check_inputs
         from airflow_provider_dltrain.utils.context import commit_metadata_from
 
         with fail_fast_on_user_error():
             options = DeltaWriteOptions(**self.write_options_)
+            check_inputs(self.inputs)
             storage = self._storage_options()
+            input_storage = self._input_storage_options()
             spark = spark_session(conf=self.spark_conf)
             self.log.info("reading inputs %s", sorted(self.inputs))
-            frames = read_inputs(spark, self.inputs, storage)
+            frames = read_inputs(spark, self.inputs, storage, input_storage_options=input_storage)
             df = run_transform(spark, self.transform, frames, self.transform_params)
             if options.num_files:
                 df = df.coalesce(int(options.num_files))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -45,3 +46,24 @@ def storage_options_for(aws_conn_id: str | None, table_uri: str) -> dict[str, st
     from airflow_provider_dltrain.hooks.delta import DeltaTableHook
 
     return DeltaTableHook(aws_conn_id=aws_conn_id).get_storage_options(table_uri)
+
+
+def storage_options_resolver(
+    aws_conn_id: str | None, aws_conn_ids: Mapping[str, str | None] | None = None
+) -> Callable[[str], dict[str, str] | None]:
+    """``uri -> storage options``: the connection of the longest matching prefix in ``aws_conn_ids``
+    (e.g. ``{"s3://features-bucket": "aws_features"}``), else ``aws_conn_id``."""
+    from airflow_provider_dltrain.lake.storage import normalize_uri
+
+    prefixes = sorted(
+        ((normalize_uri(k), v) for k, v in (aws_conn_ids or {}).items()), key=lambda kv: -len(kv[0])
+    )
+
+    def resolve(uri: str) -> dict[str, str] | None:
+        target = normalize_uri(uri)
+        for prefix, conn_id in prefixes:
+            if target == prefix or target.startswith(prefix.rstrip("/") + "/"):
+                return storage_options_for(conn_id, uri)
+        return storage_options_for(aws_conn_id, uri)
+
+    return resolve
