@@ -74,21 +74,23 @@ def load_model(cfg: WorkerConfig) -> Any:
         if model is not None:
             return model
         started = time.monotonic()
-        import mlflow
         import torch
 
+        from airflow_provider_dltrain.registry.config import TrackingConfig
         from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
 
         # One intra-op thread per Spark task CPU: N workers x M threads on N cores thrash.
         torch.set_num_threads(_threads(cfg))
-        os.environ.update(cfg.env)
-        mlflow.set_tracking_uri(cfg.tracking_uri)
-        mlflow.set_registry_uri(cfg.registry_uri or cfg.tracking_uri)
         label = model_label(None, None, cfg.model_uri)
-        # The marker makes the driver raise a user error (no retries) instead of a Spark failure.
-        model = load_torch_model(
-            cfg.model_uri, label, allow_pickle=cfg.allow_pickle, prefix=WORKER_ERROR_MARK + " "
+        tracking = TrackingConfig(
+            tracking_uri=cfg.tracking_uri, registry_uri=cfg.registry_uri, env=dict(cfg.env)
         )
+        # Credentials only while loading: Python workers are reused and their children inherit os.environ.
+        with tracking.activated():
+            # The marker makes the driver raise a user error (no retries) instead of a Spark failure.
+            model = load_torch_model(
+                cfg.model_uri, label, allow_pickle=cfg.allow_pickle, prefix=WORKER_ERROR_MARK + " "
+            )
         _CACHE.clear()
         _CACHE[cfg.cache_key] = model
         _log_line(cfg, f"load {cfg.model_uri} {time.monotonic() - started:.3f}")
