@@ -45,24 +45,33 @@ class DeltaLineageOperator(BaseOperator):
         self.aws_conn_ids = dict(aws_conn_ids or {})
 
     def _version(self) -> int | None:
+        """The version to trace: an int, a DeltaRef dict (or its rendered text), or None for the newest."""
+        from airflow_provider_dltrain.exceptions import InvalidSpecError
+
         value = self.version
         if value in (None, ""):
             return None
-        if isinstance(value, dict):
-            return int(value["version"])
-        if isinstance(value, str) and value.strip().startswith("{"):
-            import ast
+        try:
+            if isinstance(value, dict):
+                return int(value["version"])
+            if isinstance(value, str) and value.strip().startswith("{"):
+                import ast
 
-            return int(ast.literal_eval(value)["version"])
-        return int(value)
+                return int(ast.literal_eval(value)["version"])
+            return int(value)
+        except (KeyError, TypeError, ValueError, SyntaxError) as err:
+            raise InvalidSpecError(
+                f"version={value!r:.120} is not a Delta version: pass an integer, a DeltaRef dict "
+                "(e.g. the scoring task's XComArg) or None for the newest"
+            ) from err
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lineage import format_lineage, lineage
         from airflow_provider_dltrain.utils.context import storage_options_resolver
 
-        options_for = storage_options_resolver(self.aws_conn_id, self.aws_conn_ids)
         with fail_fast_on_user_error():
+            options_for = storage_options_resolver(self.aws_conn_id, self.aws_conn_ids)
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
             chain = lineage(self.table_uri, self._version(), tracking, options_for=options_for)
         for line in format_lineage(chain).splitlines():

@@ -124,7 +124,7 @@ class SparkToDeltaOperator(BaseOperator):
         from airflow_provider_dltrain.utils.context import commit_metadata_from
 
         with fail_fast_on_user_error():
-            options = DeltaWriteOptions(**self.write_options_)
+            options = _write_options(self.write_options_)
             check_inputs(self.inputs)
             storage = self._storage_options()
             input_storage = self._input_storage_options()
@@ -170,3 +170,16 @@ class SparkToDeltaOperator(BaseOperator):
         for outlet in self.outlets or []:
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
+
+
+def _write_options(values: dict[str, Any]) -> DeltaWriteOptions:
+    """``DeltaWriteOptions`` from the ``write`` dict; an unknown key is a user error naming it."""
+    import dataclasses
+
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    known = {f.name for f in dataclasses.fields(DeltaWriteOptions)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InvalidSpecError(f"write: unknown option(s) {unknown}; known options: {sorted(known)}")
+    return DeltaWriteOptions(**values)
