@@ -334,19 +334,33 @@ def state_of_files(fs: pafs.FileSystem, paths: Iterable[str], schema: pa.Schema)
 def _computed_digest(
     uri: str, version: int, spec: Mapping[str, str], storage_options: StorageOptions | None
 ) -> str | None:
-    """Digest of the partition's live files at ``version``, read back (partition columns left out)."""
+    """Digest of the partition's rows at ``version``, read back (partition columns left out).
+
+    Read through the version's scan, so rows a deletion vector removed do not count: a partition
+    whose rows another engine deleted must not look "unchanged" to a write restoring them.
+    """
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from airflow_provider_dltrain.lake import partition as part
-    from airflow_provider_dltrain.lake.storage import filesystem
-    from airflow_provider_dltrain.lake.table import open_table
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.lake.storage import filesystem, normalize_uri
+    from airflow_provider_dltrain.lake.table import scan_version
 
-    table = open_table(uri, version, storage_options)
-    partition_columns = set(table.metadata().partition_columns)
-    schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name not in partition_columns])
-    uris = table.file_uris(file_pruning_predicate=part.filters(dict(spec)))
+    scan = scan_version(DeltaRef(normalize_uri(uri), version), storage_options, part.filters(dict(spec)))
+    schema = pa.schema([f for f in scan.schema if f.name not in scan.partition_columns])
     fs, _ = filesystem(uri, storage_options)
-    return state_of_files(fs, [_fs_path(u) for u in uris], schema).content_digest(schema)
+    state = DigestState()
+    for data_file in scan.files:
+        with fs.open_input_file(_fs_path(data_file.uri)) as handle:
+            data = pq.read_table(handle)
+        if data_file.deleted_rows:
+            keep = np.ones(data.num_rows, dtype=bool)
+            keep[np.asarray(data_file.deleted_rows, dtype=np.int64)] = False
+            data = data.filter(pa.array(keep))
+        state.update(_conform(data, schema))
+    return state.content_digest(schema)
 
 
 def digests_and_commits(

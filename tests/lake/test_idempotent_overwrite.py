@@ -150,3 +150,29 @@ def test_a_schema_conflict_at_commit_removes_the_written_files(tmp_path):
     with pytest.raises(SchemaMismatchError):
         lake.commit_files(uri, files, schema, {"ds": DS}, partition_by=["ds"])
     assert _data_files(uri) == []
+
+
+def test_restoring_rows_another_engine_deleted_through_a_deletion_vector_commits_them(tmp_path):
+    from deltalake import write_deltalake
+
+    from airflow_provider_dltrain.lake.table import scan_version
+    from tests.lake.deletion_vectors import delete_with_deletion_vector
+
+    uri = str(tmp_path / "t")
+    rows = pa.table({"id": pa.array(range(5), pa.int64())})
+    write_deltalake(
+        uri,
+        rows.append_column("ds", pa.array(["2026-11-24"] * 5)),
+        partition_by=["ds"],
+        configuration={"delta.enableDeletionVectors": "true"},
+    )
+    deleted_at = delete_with_deletion_vector(uri, {"ds": "2026-11-24"}, [3])
+
+    restored = lake.overwrite_partition(uri, rows, {"ds": "2026-11-24"})
+
+    assert restored.version == deleted_at + 1  # the deleted row is back: a real commit, not "unchanged"
+    scan = scan_version(lake.latest(uri))
+    ids = [i for f in scan.files for i in pq.read_table(f.uri).column("id").to_pylist()]
+    assert sorted(ids) == [0, 1, 2, 3, 4] and not any(f.deleted_rows for f in scan.files)
+    again = lake.overwrite_partition(uri, rows, {"ds": "2026-11-24"})
+    assert again.version == restored.version
