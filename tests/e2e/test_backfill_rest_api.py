@@ -31,16 +31,32 @@ def _backfill(api, dag_id, dates, conf=None, reprocess="none"):
         "max_active_runs": 1,
         "dag_run_conf": conf or {},
     }
-    # On SQLite the api-server refuses with 503 while the scheduler holds the DB lock; a user would
-    # press the button again, so retry a few times.
+    # On SQLite the api-server can answer 503 while the scheduler holds the DB lock - sometimes after
+    # it created the backfill. A user would press the button again; the second press then gets 409
+    # "already a running backfill", and that running backfill (same dates) is the one we asked for.
     for attempt in range(10):
         try:
             return api.call("POST", "/api/v2/backfills", body)["id"]
         except AssertionError as err:
-            if "-> 503" not in str(err) or attempt == 9:
+            if "-> 409" in str(err):
+                mine = _running_backfill(api, body)
+                if mine is not None:
+                    return mine
+            elif "-> 503" not in str(err):
+                raise
+            if attempt == 9:
                 raise
             time.sleep(3)
     raise AssertionError("unreachable")
+
+
+def _running_backfill(api, body):
+    listed = api.call("GET", f"/api/v2/backfills?dag_id={body['dag_id']}")["backfills"]
+    for b in listed:
+        same = b["from_date"][:10] == body["from_date"][:10] and b["to_date"][:10] == body["to_date"][:10]
+        if same and not b.get("completed_at"):
+            return b["id"]
+    return None
 
 
 def _partition_rows(uri, ds):
