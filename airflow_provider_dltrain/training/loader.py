@@ -153,14 +153,15 @@ def _read(spec: LoaderSpec) -> _Loaded:
             pool.map(lambda f: f.to_table(schema=plan.schema, columns=needed, filter=expr), fragments)
         )
     table = pa.concat_tables(tables) if tables else plan.schema.empty_table().select(needed)
-    table = table.take(content_order(table, spec.key))
+    # Rows stay where the files put them; the positions lists are in content order instead. A batch
+    # gathers the same rows in the same sequence as a content-sorted copy would, without the copy.
+    order = content_order(table, spec.key).astype(np.int64, copy=False)  # torch indexes with int64
     arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
-    everything = np.arange(table.num_rows)
-    rows: dict[Split, np.ndarray] = {None: everything}
+    rows: dict[Split, np.ndarray] = {None: order}
     if spec.key:
-        is_val = validation_mask(table.column(spec.key), spec.validation_fraction, spec.key)
-        rows["validation"] = everything[is_val]
-        rows["train"] = everything[~is_val]
+        is_val = validation_mask(table.column(spec.key), spec.validation_fraction, spec.key)[order]
+        rows["validation"] = order[is_val]
+        rows["train"] = order[~is_val]
     return _Loaded(arrays, rows)
 
 
