@@ -1,0 +1,59 @@
+"""boto3 clients for the fake AWS and the leak scan; shared by the engine tests and their conftest."""
+
+from __future__ import annotations
+
+import boto3
+from botocore.config import Config
+
+# A 500 from an unimplemented moto call is retried 4 times with backoff otherwise.
+TEST_CONFIG = Config(retries={"max_attempts": 1})
+
+EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
+GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
+ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
+
+
+def aws_client(service: str, endpoint: str):
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=TEST_CONFIG,
+    )
+
+
+def leaks(endpoint: str) -> list[str]:
+    """Every cloud resource on the fake AWS still alive (costing money, on real AWS)."""
+    found: list[str] = []
+    emr = aws_client("emr", endpoint)
+    for page in emr.get_paginator("list_clusters").paginate(ClusterStates=EMR_LIVE):
+        found += [f"EMR cluster {c['Id']} ({c['Name']}) {c['Status']['State']}" for c in page["Clusters"]]
+
+    glue = aws_client("glue", endpoint)
+    for page in glue.get_paginator("get_jobs").paginate():
+        for job in page["Jobs"]:
+            for runs in glue.get_paginator("get_job_runs").paginate(JobName=job["Name"]):
+                found += [
+                    f"Glue run {job['Name']}/{r['Id']} {r['JobRunState']}"
+                    for r in runs["JobRuns"]
+                    if r["JobRunState"] in GLUE_LIVE
+                ]
+
+    es = aws_client("emr-serverless", endpoint)
+    for page in es.get_paginator("list_applications").paginate():
+        for app in page["applications"]:
+            if app["state"] == "STARTED":
+                found.append(f"EMR Serverless application {app['id']} ({app['name']}) STARTED")
+            try:
+                run_pages = list(es.get_paginator("list_job_runs").paginate(applicationId=app["id"]))
+            except es.exceptions.ResourceNotFoundException:
+                continue  # moto raises this for an application that never had a run
+            for runs in run_pages:
+                found += [
+                    f"EMR Serverless run {app['id']}/{r['id']} {r['state']}"
+                    for r in runs["jobRuns"]
+                    if r["state"] in ES_RUN_LIVE
+                ]
+    return found
