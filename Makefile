@@ -11,8 +11,21 @@ export DLTRAIN_HOME ?= $(CURDIR)/.dltrain
 DEMO_START ?= 2026-11-24
 DEMO_DAYS ?= 3
 PYTEST_ARGS ?=
+# Spark 3.5 (AWS Glue 5, EMR 7) next to the main venv's Spark 4: an overlay venv holding only pyspark
+# 3.5 and its py4j, which sees everything else (torch, deltalake, Airflow...) in $(VENV) through a
+# .pth file. `make test SPARK35_TESTS=` skips the Spark 3.5 run.
+SPARK35_VERSION ?= 3.5.6
+SPARK35_PY4J ?= 0.10.9.7
+SPARK35_VENV ?= .venv-spark35
+SPARK35_PY := $(SPARK35_VENV)/bin/python
+SPARK35_MARK := $(SPARK35_VENV)/.installed-$(SPARK35_VERSION)
+# Writer, transforms, inputs (Delta and raw S3), scoring UDF and TorchDistributor; the kill -9 test
+# exercises delta-rs commits more than Spark and takes ~45 s, so it runs on Spark 4 only.
+SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
+	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
+	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -28,6 +41,24 @@ demo: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
+
+test-spark35: spark35
+	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)
+
+spark35: $(SPARK35_MARK)
+
+# pyspark is installed before the .pth exists, so pip never sees (or touches) the main venv's Spark 4.
+$(SPARK35_MARK): $(VENV)/.installed
+	rm -rf $(SPARK35_VENV)
+	$(PY) -m venv $(SPARK35_VENV)
+	$(SPARK35_PY) -m pip install -q --no-deps pyspark==$(SPARK35_VERSION) py4j==$(SPARK35_PY4J)
+	printf '%s\n' '$(CURDIR)' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+		> "$$($(SPARK35_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dltrain-main-venv.pth"
+	$(SPARK35_PY) -c 'import pyspark, py4j, importlib.metadata as m, airflow_provider_dltrain as p; \
+		assert pyspark.__version__ == "$(SPARK35_VERSION)" and m.version("py4j") == "$(SPARK35_PY4J)", pyspark.__version__; \
+		assert p.__file__.startswith("$(CURDIR)/"), p.__file__'
+	touch $@
 
 bench: install
 	$(PY) -m benchmarks

@@ -81,8 +81,7 @@ def read_delta(
 
 def read_scan(spark: Any, scan: Any, storage_options: StorageOptions | None = None, dnf: Any = ()) -> Any:
     """A DataFrame over a :class:`~airflow_provider_dltrain.lake.table.VersionScan`, read in executors."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    from airflow_provider_dltrain.etl.spark import from_arrow_schema
     from airflow_provider_dltrain.training.data import filter_expression
 
     spark_schema = from_arrow_schema(scan.schema)

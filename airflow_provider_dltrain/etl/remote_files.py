@@ -81,7 +81,8 @@ def read_remote(
 
 def _parquet(spark: Any, listing: Any, uris: list[str], opts: StorageOptions) -> Any:
     import pyarrow.dataset as pads
-    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from airflow_provider_dltrain.etl.spark import from_arrow_schema
 
     fs, _ = filesystem(uris[0], opts)
     # The union of the files' schemas (Spark's mergeSchema), read from their footers.

@@ -65,3 +65,29 @@ def spark_session(
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
         log.info("Spark session %s started in %.1fs", session.sparkContext.master, time.monotonic() - started)
         return session
+
+
+def to_arrow_schema(spark_schema: Any) -> Any:
+    """Arrow schema of a Spark ``StructType``; timestamps (UTC instants) as ``timestamp[us, tz=UTC]``.
+
+    Spark 4 takes the zone as ``timezone=`` (no zone without it); Spark 3.5's function has no such
+    argument and always uses UTC, so the result is the same on both.
+    """
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema as convert
+
+    if "timezone" in inspect.signature(convert).parameters:
+        return convert(spark_schema, timezone="UTC")
+    return convert(spark_schema)
+
+
+def from_arrow_schema(arrow_schema: Any) -> Any:
+    """Spark ``StructType`` of an Arrow schema; timestamps without a zone become ``TIMESTAMP_NTZ``.
+
+    Said explicitly because the default differs: Spark 4 maps them to ``TIMESTAMP_NTZ``, Spark 3.5 to
+    ``TIMESTAMP`` (an instant in the session zone), which would shift wall-clock values.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema as convert
+
+    return convert(arrow_schema, prefer_timestamp_ntz=True)

@@ -91,9 +91,10 @@ def default_quarantine_uri(table_uri: str) -> str:
 def _data_schema(df: Any, partition_by: Sequence[str]) -> Any:
     """Arrow schema of the data files: the DataFrame's columns minus partition and error columns."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(df.schema, timezone="UTC")  # Spark timestamps are UTC instants
+    from airflow_provider_dltrain.etl.spark import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema)  # Spark timestamps are UTC instants
     # Nullable like every Spark-written Delta column, so a later run whose DataFrame Spark happens to
     # infer as nullable is not refused.
     keep = [f.with_nullable(True) for f in schema if f.name not in set(partition_by) | {ERROR_COLUMN}]

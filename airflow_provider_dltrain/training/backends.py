@@ -3,7 +3,9 @@
 A backend is anything with ``name``, ``world_size`` and ``run(job) -> rank 0's report`` that raises
 :class:`~airflow_provider_dltrain.exceptions.TrainingFailedError` (or its user-error subclass) on
 failure. Backends are chosen by composition - a name plus options, or an object - never by an
-operator subclass per place.
+operator subclass per place. A backend whose ranks run on other machines also has
+``shared_run_dir(run_id, plan) -> str | None``: a run directory they all reach (otherwise the run
+directory is ``$DLTRAIN_HOME/runs/<run_id>`` on this machine).
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
+from airflow_provider_dltrain.training.rundir import RUN_URI_ENV, check_run_uri, default_run_root
 from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.training.data import ScanPlan
 
 
 @runtime_checkable
@@ -56,8 +63,8 @@ class LocalBackend:
         try:
             return execute(job, rank=0, world_size=1, local_rank=0)
         except Exception as err:
-            record_failure(job.run_dir, 0, err)
-            raise failure(job.run_dir, 1) from err
+            record_failure(job.run_dir, 0, err, job.storage_options)
+            raise failure(job.run_dir, 1, storage_options=job.storage_options) from err
         finally:
             torch.set_num_threads(previous)
 
@@ -90,10 +97,17 @@ class TorchDistributorBackend:
     ``OMP_NUM_THREADS`` says otherwise - torchrun's rule, so the count is fixed per configuration);
     ``local_mode=False`` is the same call on a Spark cluster, one barrier task per process.
 
+    On a cluster the ranks' reports, error reports and checkpoints go to shared storage, the run
+    directory ``<run_uri>/<run_id>``; ``run_uri`` defaults to ``$DLTRAIN_RUN_URI``, else to
+    ``_dltrain_runs`` beside the table (``s3://bucket/lake/digits`` -> ``s3://bucket/lake/_dltrain_runs``).
+    ``s3://`` is reached with the job's storage options. Local mode keeps ``$DLTRAIN_HOME/runs/<run_id>``
+    unless ``run_uri`` is given.
+
     :param num_processes: number of ranks.
     :param local_mode: run on the driver (True) or on the cluster's executors (False).
     :param use_gpu: one GPU per process (needs Spark GPU resources configured).
     :param spark_conf: extra Spark settings if this backend has to start the session.
+    :param run_uri: shared storage for run directories: ``s3://bucket/prefix`` or a path every node mounts.
     """
 
     name = "torch_distributor"
@@ -104,6 +118,7 @@ class TorchDistributorBackend:
         local_mode: bool = True,
         use_gpu: bool = False,
         spark_conf: Mapping[str, str] | None = None,
+        run_uri: str | None = None,
     ) -> None:
         if int(num_processes) < 1:
             raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
@@ -111,10 +126,19 @@ class TorchDistributorBackend:
         self.local_mode = bool(local_mode)
         self.use_gpu = bool(use_gpu)
         self.spark_conf = dict(spark_conf or {})
+        self.run_uri = check_run_uri(run_uri) if run_uri else None
 
     @property
     def world_size(self) -> int:
         return self.num_processes
+
+    def shared_run_dir(self, run_id: str, plan: ScanPlan) -> str | None:
+        """The run directory on shared storage that ranks on other machines can reach; ``None``: a local one."""
+        root = self.run_uri
+        if root is None and not self.local_mode:
+            configured = os.environ.get(RUN_URI_ENV)
+            root = check_run_uri(configured) if configured else default_run_root(plan.ref.uri)
+        return join(root, run_id) if root else None
 
     def run(self, job: RankJob) -> dict[str, Any]:
         from airflow_provider_dltrain.etl.spark import spark_session
@@ -134,10 +158,13 @@ class TorchDistributorBackend:
             with _inherit_sys_path() if self.local_mode else contextlib.nullcontext():
                 output = distributor.run(run_rank, payload)
         except Exception as err:
-            raise failure(job.run_dir, self.num_processes, str(err)) from err
+            raise failure(job.run_dir, self.num_processes, str(err), job.storage_options) from err
         if not isinstance(output, dict):
             raise failure(
-                job.run_dir, self.num_processes, f"rank 0 returned {type(output).__name__}, not a report"
+                job.run_dir,
+                self.num_processes,
+                f"rank 0 returned {type(output).__name__}, not a report",
+                job.storage_options,
             )
         return output
 

@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import DltrainUserError, TrainingFailedError
+from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.training.rundir import read_json_files
 
 
 class TrainingUserError(TrainingFailedError, DltrainUserError):
     """A rank failed on a deterministic user error (bad spec, bad data): retrying cannot help."""
 
 
-def rank_errors(run_dir: str) -> list[dict[str, Any]]:
-    """Error reports written by failed ranks, earliest first."""
-    reports = []
-    for path in glob.glob(os.path.join(run_dir, "errors", "rank-*.json")):
-        try:
-            with open(path) as handle:
-                reports.append(json.load(handle))
-        except (OSError, ValueError):
-            continue
+def rank_errors(run_dir: str, storage_options: StorageOptions | None = None) -> list[dict[str, Any]]:
+    """Error reports written by failed ranks, earliest first (``storage_options``: for ``s3://``)."""
+    reports = read_json_files(run_dir, "errors", "rank-*.json", dict(storage_options or {}))
     return sorted(reports, key=lambda r: (float(r.get("time", 0)), int(r.get("rank", 0))))
 
 
-def failure(run_dir: str, world_size: int, launcher_output: str = "") -> TrainingFailedError:
+def failure(
+    run_dir: str,
+    world_size: int,
+    launcher_output: str = "",
+    storage_options: StorageOptions | None = None,
+) -> TrainingFailedError:
     """Build the error to raise: the first failing rank's traceback, or the launcher's output tail."""
-    errors = rank_errors(run_dir)
+    errors = rank_errors(run_dir, storage_options)
     if not errors:
         tail = launcher_output[-4000:]
         return TrainingFailedError(

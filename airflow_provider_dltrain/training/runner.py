@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -16,6 +15,7 @@ from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
 from airflow_provider_dltrain.training.data import DNF, DataFilter, ScanPlan, resolve
 from airflow_provider_dltrain.training.hashing import canonical_json, code_identity, params_hash
+from airflow_provider_dltrain.training.rundir import local_run_dir
 from airflow_provider_dltrain.training.worker import RankJob, TrainFn
 
 log = logging.getLogger("airflow_provider_dltrain.training")
@@ -100,11 +100,11 @@ def run_identity(
     return tags
 
 
-def _run_dir(run_id: str) -> str:
-    home = os.path.abspath(os.environ.get("DLTRAIN_HOME", ".dltrain"))
-    path = os.path.join(home, "runs", run_id)
-    os.makedirs(path, exist_ok=True)
-    return path
+def _run_dir(run_id: str, runner: Backend, plan: ScanPlan) -> str:
+    """The backend's shared run directory when it has one, else ``$DLTRAIN_HOME/runs/<run_id>`` here."""
+    shared = getattr(runner, "shared_run_dir", None)
+    uri = shared(run_id, plan) if callable(shared) else None
+    return str(uri) if uri else local_run_dir(run_id)
 
 
 def run_training(
@@ -178,7 +178,9 @@ def run_training(
     else:
         run_id = uuid.uuid4().hex
     with _failure_ends_run(config, run_id):
-        job = RankJob(fn, plan, params, seed, _run_dir(run_id), config, run_id if config else None)
+        job = RankJob(
+            fn, plan, params, seed, _run_dir(run_id, runner, plan), config, run_id if config else None
+        )
         log.info(
             "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
             all_tags["dltrain.code_hash"][:12],

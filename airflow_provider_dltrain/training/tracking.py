@@ -182,21 +182,25 @@ def end_failed(config: TrackingConfig, run_id: str, err: BaseException) -> None:
 class RankTracker:
     """What rank 0 records: metrics per step and the model. Base class: no MLflow, model saved to disk."""
 
-    def __init__(self, checkpoint_dir: str) -> None:
+    def __init__(self, checkpoint_dir: str, published_dir: str | None = None) -> None:
+        """:param published_dir: where ``checkpoint_dir``'s files end up when it is a scratch copy
+        (a run directory on shared storage); the model path returned names that place.
+        """
         self.checkpoint_dir = checkpoint_dir
+        self.published_dir = published_dir
         self.logged_keys: set[str] = set()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None) -> None:
         self.logged_keys.update(metrics)
 
     def log_model(self, model: Any, input_example: Any, name: str = MODEL_NAME) -> str:
-        """Save the model's ``state_dict`` under the checkpoint directory; return its path."""
+        """Save the model's ``state_dict`` under the checkpoint directory; return its (published) path."""
         import torch
 
         os.makedirs(self.checkpoint_dir, exist_ok=True)
         path = os.path.join(self.checkpoint_dir, f"{name}.pt")
         torch.save(model.state_dict(), path)
-        return path
+        return f"{self.published_dir.rstrip('/')}/{name}.pt" if self.published_dir else path
 
 
 class MlflowRankTracker(RankTracker):

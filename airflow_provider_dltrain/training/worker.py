@@ -3,15 +3,15 @@
 ``run_rank(payload)`` is the entry point any launcher can call - TorchDistributor (torchrun), a
 SageMaker container, an EC2 node - because it reads its rank from the standard torchrun
 variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``). Each rank writes
-``ranks/rank-<r>.json`` (or ``errors/rank-<r>.json`` with its traceback) under the run directory,
-so the launcher can name the rank that failed first.
+``ranks/rank-<r>.json`` (or ``errors/rank-<r>.json`` with its traceback) under the run directory -
+a local directory, or a URI on shared storage when ranks run on other machines (see
+:mod:`~airflow_provider_dltrain.training.rundir`) - so the launcher can name the rank that failed first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import random
@@ -20,11 +20,16 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
+from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.training.rundir import checkpoint_uri, rank_checkpoints, write_json
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.training.tracking import RankTracker
 
 TrainFn = Callable[[Any], Mapping[str, float]]
 log = logging.getLogger("airflow_provider_dltrain.training")
@@ -45,7 +50,13 @@ class RankJob:
 
     @property
     def checkpoint_dir(self) -> str:
-        return os.path.join(self.run_dir, "checkpoints")
+        """``<run_dir>/checkpoints`` (a URI when the run directory is on shared storage)."""
+        return checkpoint_uri(self.run_dir)
+
+    @property
+    def storage_options(self) -> StorageOptions:
+        """Credentials for a run directory on object storage: the job's own, those that read the table."""
+        return dict(self.plan.storage_options)
 
 
 def seed_everything(seed: int) -> None:
@@ -114,30 +125,24 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
     import torch
 
     from airflow_provider_dltrain.training.context import TrainContext
-    from airflow_provider_dltrain.training.tracking import MlflowRankTracker, RankTracker
 
     started = time.monotonic()
-    tracker: RankTracker | None = None
-    if rank == 0:
-        os.makedirs(job.checkpoint_dir, exist_ok=True)
-        if job.tracking is not None and job.mlflow_run_id:
-            tracker = MlflowRankTracker(job.checkpoint_dir, job.tracking, job.mlflow_run_id)
-        else:
-            tracker = RankTracker(job.checkpoint_dir)
-    ctx = TrainContext(
-        plan=job.plan,
-        hparams=job.hparams,
-        rank=rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        device=_device(local_rank),
-        seed=job.seed,
-        checkpoint_dir=job.checkpoint_dir,
-        tracker=tracker,
-    )
-    with deterministic_torch():
-        seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
-        metrics = _check_metrics(job.train_fn(ctx))
+    with rank_checkpoints(job.run_dir, rank, job.storage_options) as checkpoint_dir:
+        tracker = _tracker(job, rank, checkpoint_dir)
+        ctx = TrainContext(
+            plan=job.plan,
+            hparams=job.hparams,
+            rank=rank,
+            world_size=world_size,
+            local_rank=local_rank,
+            device=_device(local_rank),
+            seed=job.seed,
+            checkpoint_dir=checkpoint_dir,
+            tracker=tracker,
+        )
+        with deterministic_torch():
+            seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
+            metrics = _check_metrics(job.train_fn(ctx))
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -149,8 +154,20 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
         "logged_metric_keys": sorted(tracker.logged_keys) if tracker else [],
         "elapsed_s": round(time.monotonic() - started, 3),
     }
-    _write(job.run_dir, "ranks", rank, report)
+    write_json(job.run_dir, "ranks", f"rank-{rank}.json", report, job.storage_options)
     return report
+
+
+def _tracker(job: RankJob, rank: int, checkpoint_dir: str) -> RankTracker | None:
+    """Rank 0's recorder: into the MLflow run, or the model's ``state_dict`` among the checkpoints."""
+    from airflow_provider_dltrain.training.tracking import MlflowRankTracker, RankTracker
+
+    if rank != 0:
+        return None
+    if job.tracking is not None and job.mlflow_run_id:
+        return MlflowRankTracker(checkpoint_dir, job.tracking, job.mlflow_run_id)
+    # a scratch copy of a shared run directory: the model path handed on names the shared place
+    return RankTracker(checkpoint_dir, None if checkpoint_dir == job.checkpoint_dir else job.checkpoint_dir)
 
 
 def _check_metrics(result: Any) -> dict[str, float]:
@@ -166,30 +183,25 @@ def _check_metrics(result: Any) -> dict[str, float]:
         ) from err
 
 
-def _write(run_dir: str, kind: str, rank: int, data: Mapping[str, Any]) -> None:
-    directory = os.path.join(run_dir, kind)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".rank-{rank}.json.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, default=str)
-    os.replace(tmp, os.path.join(directory, f"rank-{rank}.json"))
+def record_failure(
+    run_dir: str, rank: int, err: BaseException, options: StorageOptions | None = None
+) -> None:
+    """Write the failing rank's traceback where the launcher looks for it (``options``: for ``s3://``).
 
-
-def record_failure(run_dir: str, rank: int, err: BaseException) -> None:
-    """Write the failing rank's traceback where the launcher looks for it."""
-    _write(
-        run_dir,
-        "errors",
-        rank,
-        {
-            "rank": rank,
-            "type": type(err).__name__,
-            "message": str(err),
-            "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
-            "user_error": isinstance(err, DltrainUserError),
-            "time": time.time(),
-        },
-    )
+    A write that fails is logged, not raised: the rank's own error must stay the one that propagates.
+    """
+    report = {
+        "rank": rank,
+        "type": type(err).__name__,
+        "message": str(err),
+        "traceback": "".join(traceback.format_exception(type(err), err, err.__traceback__)),
+        "user_error": isinstance(err, DltrainUserError),
+        "time": time.time(),
+    }
+    try:
+        write_json(run_dir, "errors", f"rank-{rank}.json", report, dict(options or {}))
+    except Exception as write_err:
+        log.warning("rank %d could not record its error under %s: %s", rank, run_dir, write_err)
 
 
 def run_rank(payload: bytes) -> dict[str, Any]:
@@ -221,7 +233,7 @@ def run_rank(payload: bytes) -> dict[str, Any]:
             report = shared[0]
     except BaseException as err:
         # no destroy_process_group here: peers may sit in a collective; torchrun stops them
-        record_failure(job.run_dir, rank, err)
+        record_failure(job.run_dir, rank, err, job.storage_options)
         raise
     if distributed:
         dist.destroy_process_group()

@@ -61,6 +61,39 @@ def test_partition_columns_keep_the_tables_type_and_filters_select_rows(spark, t
     assert dict(df.dtypes)["day"] == "int" and _ids(df) == [1]
 
 
+def test_timestamps_with_and_without_zone_keep_their_type_and_wall_clock_through_read_and_write(
+    spark, tmp_path
+):
+    # Spark 3.5 would read a zone-less timestamp as an instant (4.x: TIMESTAMP_NTZ) and write it back with UTC.
+    from datetime import datetime, timezone
+
+    from deltalake import write_deltalake
+
+    from airflow_provider_dltrain.etl import write_dataframe
+    from airflow_provider_dltrain.lake import open_table
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    naive, utc = pa.timestamp("us"), pa.timestamp("us", tz="UTC")
+    when = datetime(2026, 11, 28, 9, 30)
+    write_deltalake(
+        src,
+        pa.table(
+            {
+                "id": [1],
+                "local": pa.array([when], naive),
+                "instant": pa.array([when.replace(tzinfo=timezone.utc)], utc),
+            }
+        ),
+    )
+    df = read_delta(spark, latest(src))
+    assert dict(df.dtypes) == {"id": "bigint", "local": "timestamp_ntz", "instant": "timestamp"}
+    assert df.selectExpr("hour(local) AS h").collect()[0].h == 9
+    write_dataframe(df, dst, {"ds": "2026-11-28"})
+    written = open_table(dst).to_pyarrow_table()
+    assert written.schema.field("local").type == naive and written.schema.field("instant").type == utc
+    assert written.column("local").to_pylist() == [when]
+
+
 @pytest.mark.parametrize(
     ("filters", "needle"),
     [
