@@ -34,6 +34,13 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
 }
 
+_LOCAL_ONLY = ("spark.driver.bindAddress", "spark.driver.host", "spark.sql.warehouse.dir")
+
+
+def launched_by_spark_submit() -> bool:
+    """True inside a driver that ``spark-submit`` (or Glue, EMR) started: it already chose the master."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
 
 def spark_session(
     master: str | None = None,
@@ -57,9 +64,18 @@ def spark_session(
         if active is not None:
             return active
         started = time.monotonic()
-        builder = SparkSession.builder.master(master or os.environ.get("DLTRAIN_SPARK_MASTER", "local[*]"))
+        master = master or os.environ.get("DLTRAIN_SPARK_MASTER")
+        base = dict(BASE_CONF)
+        builder = SparkSession.builder
+        if master is None and launched_by_spark_submit():
+            # spark-submit, Glue, EMR and EMR Serverless set the master; executors on other machines
+            # must reach the driver, so it must not bind to loopback.
+            for key in _LOCAL_ONLY:
+                base.pop(key)
+        else:
+            builder = builder.master(master or "local[*]")
         builder = builder.appName(app_name)
-        for key, value in {**BASE_CONF, **dict(conf or {})}.items():
+        for key, value in {**base, **dict(conf or {})}.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))

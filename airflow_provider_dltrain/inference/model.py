@@ -79,3 +79,16 @@ def resolve_scoring_model(
         version=None if resolved.version is None else int(resolved.version),
         model_uri=resolved.model_uri,
     )
+
+
+def artifact_location(model: ScoringModel, tracking: TrackingConfig) -> str:
+    """Where the pinned model's files are (``s3://…``, a path), for a job that loads them directly."""
+    with tracking.activated():
+        if model.name and model.version is not None:
+            uri = tracking.client().get_model_version_download_uri(model.name, str(model.version))
+            return str(uri)
+        from mlflow.store.artifact.runs_artifact_repo import RunsArtifactRepository
+
+        if RunsArtifactRepository.is_runs_uri(model.model_uri):
+            return str(RunsArtifactRepository.get_underlying_uri(model.model_uri))
+    return model.model_uri

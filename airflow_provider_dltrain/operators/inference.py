@@ -7,19 +7,24 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
+from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_dltrain.engines import RunSpec
+    from airflow_provider_dltrain.inference.model import ScoringModel
+
     from airflow_provider_dltrain.inference.spec import ScoringSpec
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
-ENGINES = ("local",)
+ENGINES = ENGINE_NAMES
 
 
-class SparkBatchInferenceOperator(BaseOperator):
+class SparkBatchInferenceOperator(EngineRun, BaseOperator):
     """Score ``input`` (one exact Delta version) with one MLflow model version into ``partition``.
 
     The model spec is resolved once, on the driver, to one model version (an alias moving during
@@ -37,7 +42,12 @@ class SparkBatchInferenceOperator(BaseOperator):
     :param scoring: a :class:`~airflow_provider_dltrain.inference.ScoringSpec` or its dict:
         ``feature_columns``, ``key_columns``, ``task``, ``batch_size``, ``torch_threads``.
     :param input_filter: DNF partition filter on the input, e.g. ``[["ds", "=", "{{ ds }}"]]`` (templated).
-    :param engine: where Spark runs; ``"local"`` (embedded session) for now, EMR/Glue later.
+    :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
+        ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"``. A cloud job loads the
+        pinned model version's files from the artifact store with its own role.
+    :param engine_options: the engine's settings (templated); see ``SparkToDeltaOperator``.
+    :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between job state checks.
     :param model_as_of: date used when ``model`` asks for ``champion_as_of`` without one,
         e.g. ``"{{ data_interval_start | ds }}"``: the run covering [D, D+1) then scores with the
         champion for data cut-off D, as the nightly run of D did (``data_interval_end`` would pick
@@ -59,6 +69,8 @@ class SparkBatchInferenceOperator(BaseOperator):
         "partition",
         "input_filter",
         "model_as_of",
+        "engine",
+        "engine_options",
     )
     template_fields_renderers = {
         "model": "json",
@@ -67,6 +79,7 @@ class SparkBatchInferenceOperator(BaseOperator):
         "input_filter": "json",
     }
     ui_color = "#fff1e0"
+    operator_extra_links = (EngineJobLink(),)
 
     def __init__(
         self,
@@ -83,13 +96,15 @@ class SparkBatchInferenceOperator(BaseOperator):
         aws_conn_id: str | None = None,
         input_aws_conn_id: str | None = None,
         allow_pickle: bool = False,
+        engine_options: dict[str, Any] | None = None,
+        deferrable: bool = False,
+        poll_interval: float = 15.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         from airflow_provider_dltrain.inference.spec import ScoringSpec
 
-        if engine not in ENGINES:
-            raise ValueError(f"engine={engine!r} is not available; choose one of {ENGINES}")
+        check_engine_name(engine)
         self.model = model
         self.input = input
         self.table_uri = table_uri
@@ -104,6 +119,9 @@ class SparkBatchInferenceOperator(BaseOperator):
         if not isinstance(allow_pickle, bool):
             raise ValueError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         self.allow_pickle = allow_pickle
+        self.engine_options = engine_options or {}
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
 
     def _tracking(self) -> TrackingConfig:
         from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -128,43 +146,86 @@ class SparkBatchInferenceOperator(BaseOperator):
         except InvalidSpecError as err:
             raise InvalidSpecError(f"input: {err}; pass the DeltaRef dict an upstream task returned") from err
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_dltrain.etl.inputs import check_filters
-        from airflow_provider_dltrain.etl.spark import spark_session
-        from airflow_provider_dltrain.inference import resolve_scoring_model, score_table
+    def run_spec(self, context: Context, chosen: ScoringModel, tracking: TrackingConfig) -> RunSpec:
+        """The stage as a :class:`RunSpec`: the model pinned to one version and where its files are."""
+        import dataclasses
+
+        from airflow_provider_dltrain.engines import LOCAL, RunSpec
+        from airflow_provider_dltrain.operators.engine_run import identity_from
+        from airflow_provider_dltrain.registry.config import strip_userinfo
         from airflow_provider_dltrain.utils.context import commit_metadata_from
+
+        model = chosen.to_dict()
+        if self.engine != LOCAL:
+            from airflow_provider_dltrain.inference.model import artifact_location, require_loadable
+
+            require_loadable(chosen, tracking, allow_pickle=self.allow_pickle)  # before any job starts
+            model["load_uri"] = artifact_location(chosen, tracking)
+        return RunSpec(
+            stage="score",
+            table_uri=self.table_uri,
+            partition={k: str(v) for k, v in self.partition.items()},
+            params={
+                "model": model,
+                "input": self._input_ref().to_dict(),
+                "input_filter": self.input_filter,
+                "scoring": dataclasses.asdict(self.scoring),
+                "allow_pickle": self.allow_pickle,
+                # A job needs no tracking credentials: it loads ``load_uri`` with its own role.
+                "tracking_uri": strip_userinfo(tracking.tracking_uri),
+                "registry_uri": strip_userinfo(tracking.registry_uri),
+            },
+            identity=identity_from(context),
+            metadata=commit_metadata_from(context),
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.engines.stages import run_stage
+        from airflow_provider_dltrain.etl.inputs import check_filters
+        from airflow_provider_dltrain.inference import resolve_scoring_model
 
         with fail_fast_on_user_error():
             ref = self._input_ref()
             check_filters(self.input_filter, "input_filter")
-            output_options = self._storage_options(self.aws_conn_id, self.table_uri)
-            input_options = self._storage_options(self.input_aws_conn_id, ref.uri)
             tracking = self._tracking()
             chosen = resolve_scoring_model(self.model, tracking, self.model_as_of or None, field="model")
             self.log.info("model %s resolved to %s", self.model, chosen.model_uri)
-            out = score_table(
-                spark_session(),
-                chosen,
-                ref,
-                self.table_uri,
-                self.partition,
-                scoring=self.scoring,
-                tracking=tracking,
-                input_filter=self.input_filter,
-                metadata=commit_metadata_from(context),
-                storage_options=output_options,
-                input_storage_options=input_options,
-                allow_pickle=self.allow_pickle,
+            spec = self.run_spec(context, chosen, tracking)
+            storage = {
+                ref.uri: self._storage_options(self.input_aws_conn_id, ref.uri),
+                self.table_uri: self._storage_options(self.aws_conn_id, self.table_uri),
+            }
+            result = self.run_stage_on_engine(
+                context,
+                spec,
+                lambda: run_stage(spec, storage=storage.get, tracking=tracking),
             )
-        self.log.info("scored %s v%d into %s version %d", ref.uri, ref.version, out.uri, out.version)
+        return self._done(context, result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_user_error():
+            result = self.resume_from_trigger(context, event)
+        return self._done(context, result)
+
+    def on_kill(self) -> None:
+        self.kill_job()
+
+    def _done(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        self.log.info(
+            "scored with model %s v%s into %s version %d",
+            result.get("model_name"),
+            result.get("model_version"),
+            result["uri"],
+            result["version"],
+        )
         extra: dict[str, Any] = {
-            "uri": out.uri,
-            "version": out.version,
+            "uri": result["uri"],
+            "version": result["version"],
             "partition": dict(self.partition),
-            "model_name": chosen.name,
-            "model_version": chosen.version,
+            "model_name": result.get("model_name"),
+            "model_version": result.get("model_version"),
         }
         for outlet in self.outlets or []:
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
-        return out.to_dict()
+        return {k: result[k] for k in ("uri", "version", "timestamp") if k in result}

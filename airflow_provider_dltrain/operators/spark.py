@@ -3,42 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
+from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
+from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-ENGINES = ("local",)
+    from airflow_provider_dltrain.engines import RunSpec
+
+ENGINES = ENGINE_NAMES
+__all__ = ["ENGINES", "DeltaWriteOptions", "SparkToDeltaOperator"]
 
 
-@dataclass(frozen=True)
-class DeltaWriteOptions:
-    """How the transform's output is written.
-
-    :param partition_by: partition columns of the table (default: the keys of ``partition``).
-    :param schema_mode: ``"strict"`` (default) refuses any schema change; ``"merge"`` adds new columns.
-    :param max_bad_fraction: share of rows marked ``_error`` above which nothing is committed to
-        either table; default ``0.0``: any bad row fails the write (set e.g. ``0.05`` to quarantine
-        up to 5 % and commit the rest).
-    :param quarantine_uri: table for bad rows (default: ``<table_uri>_quarantine``).
-    :param num_files: coalesce the output to this many files per write (default: Spark's partitioning).
-    :param allow_empty: commit a write with no rows (empties the partition); refused by default.
-    """
-
-    partition_by: tuple[str, ...] | None = None
-    schema_mode: str = "strict"
-    max_bad_fraction: float = 0.0
-    quarantine_uri: str | None = None
-    num_files: int | None = None
-    allow_empty: bool = False
-
-
-class SparkToDeltaOperator(BaseOperator):
+class SparkToDeltaOperator(EngineRun, BaseOperator):
     """Run ``transform(spark, inputs, params)`` and atomically replace ``partition`` of ``table_uri``.
 
     Re-running the same partition leaves the table as one run would. Rows the transform marks with a
@@ -53,7 +36,12 @@ class SparkToDeltaOperator(BaseOperator):
         ``"aws_conn_id"`` for an ``s3://`` location (default: ``aws_conn_id``) (templated).
     :param transform_params: passed to the transform as its third argument (templated). Not named
         ``params``: that name belongs to Airflow's DAG/task Params, which Airflow merges and never renders.
-    :param engine: where Spark runs; ``"local"`` (embedded ``local[*]`` session).
+    :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
+        ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"`` (any Spark cluster).
+    :param engine_options: the engine's settings (templated), e.g. ``{"staging_uri": "s3://b/dltrain",
+        "role": "GlueRole"}`` for Glue; see the README's "Running on AWS".
+    :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between job state checks.
     :param write: a :class:`DeltaWriteOptions` (or its dict).
     :param aws_conn_id: Airflow ``aws`` connection for an ``s3://`` target table, and for inputs that
         name none (ignored for local paths).
@@ -66,9 +54,12 @@ class SparkToDeltaOperator(BaseOperator):
         "inputs",
         "transform_params",
         "write_options_",
+        "engine",
+        "engine_options",
     )
     template_fields_renderers = {"partition": "json", "inputs": "json", "transform_params": "json"}
     ui_color = "#e5f2ff"
+    operator_extra_links = (EngineJobLink(),)
 
     def __init__(
         self,
@@ -82,11 +73,13 @@ class SparkToDeltaOperator(BaseOperator):
         write: DeltaWriteOptions | dict[str, Any] | None = None,
         aws_conn_id: str | None = None,
         spark_conf: dict[str, str] | None = None,
+        engine_options: dict[str, Any] | None = None,
+        deferrable: bool = False,
+        poll_interval: float = 15.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if engine not in ENGINES:
-            raise ValueError(f"engine={engine!r} is not available; choose one of {ENGINES}")
+        check_engine_name(engine)
         self.table_uri = table_uri
         self.partition = partition
         self.transform = transform
@@ -96,67 +89,81 @@ class SparkToDeltaOperator(BaseOperator):
         self.write_options_ = write if isinstance(write, dict) else (write.__dict__ if write else {})
         self.aws_conn_id = aws_conn_id
         self.spark_conf = spark_conf or {}
+        self.engine_options = engine_options or {}
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
 
-    def _storage_options(self) -> dict[str, str] | None:
-        from airflow_provider_dltrain.utils.context import storage_options_for
-
-        return storage_options_for(self.aws_conn_id, self.table_uri)
-
-    def _input_storage_options(self) -> dict[str, dict[str, str] | None]:
-        """Each input's storage options, from its own ``aws_conn_id`` (default: the operator's)."""
+    def _storage(self) -> Callable[[str], dict[str, str] | None]:
+        """``uri -> storage options``: an input's own ``aws_conn_id``, else the operator's."""
         from collections.abc import Mapping
 
         from airflow_provider_dltrain.etl.inputs import input_uri
+        from airflow_provider_dltrain.lake.storage import normalize_uri
         from airflow_provider_dltrain.utils.context import storage_options_for
 
-        options = {}
-        for name, spec in self.inputs.items():
-            conn_id = (
-                spec.get("aws_conn_id", self.aws_conn_id) if isinstance(spec, Mapping) else self.aws_conn_id
-            )
+        conn_ids: dict[str, str | None] = {}
+        for spec in self.inputs.values():
             uri = input_uri(spec)
-            options[name] = storage_options_for(conn_id, uri) if uri else None
-        return options
+            if uri and isinstance(spec, Mapping) and "aws_conn_id" in spec:
+                conn_ids[normalize_uri(uri)] = spec["aws_conn_id"]
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_dltrain.etl import read_inputs, run_transform, spark_session, write_dataframe
+        def resolve(uri: str) -> dict[str, str] | None:
+            return storage_options_for(conn_ids.get(normalize_uri(uri), self.aws_conn_id), uri)
+
+        return resolve
+
+    def run_spec(self, context: Context) -> RunSpec:
+        """The stage as a :class:`RunSpec` (what a cloud job receives)."""
+        from airflow_provider_dltrain.engines import RunSpec
+        from airflow_provider_dltrain.engines.stages import check_write_options
         from airflow_provider_dltrain.etl.inputs import check_inputs
+        from airflow_provider_dltrain.operators.engine_run import identity_from
         from airflow_provider_dltrain.utils.context import commit_metadata_from
 
-        with fail_fast_on_user_error():
-            options = _write_options(self.write_options_)
-            check_inputs(self.inputs)
-            storage = self._storage_options()
-            input_storage = self._input_storage_options()
-            spark = spark_session(conf=self.spark_conf)
-            self.log.info("reading inputs %s", sorted(self.inputs))
-            frames = read_inputs(spark, self.inputs, storage, input_storage_options=input_storage)
-            df = run_transform(spark, self.transform, frames, self.transform_params)
-            if options.num_files:
-                df = df.coalesce(int(options.num_files))
-            result = write_dataframe(
-                df,
-                self.table_uri,
-                self.partition,
-                partition_by=list(options.partition_by) if options.partition_by else None,
-                schema_mode=options.schema_mode,  # type: ignore[arg-type]
-                metadata=commit_metadata_from(context),
-                storage_options=storage,
-                quarantine_uri=options.quarantine_uri,
-                max_bad_fraction=options.max_bad_fraction,
-                allow_empty=options.allow_empty,
-            )
-        self.log.info(
-            "%s %s version %d: %d row(s), %d quarantined%s",
-            "committed" if result.committed else "unchanged content, no commit; still",
-            result.ref.uri,
-            result.ref.version,
-            result.rows_written,
-            result.rows_quarantined,
-            f" ({result.reasons})" if result.reasons else "",
+        check_write_options(self.write_options_)
+        check_inputs(self.inputs)
+        transform = self.transform
+        if callable(transform):
+            transform = f"{transform.__module__}:{transform.__qualname__}"
+        return RunSpec(
+            stage="etl",
+            table_uri=self.table_uri,
+            partition={k: str(v) for k, v in self.partition.items()},
+            params={
+                "transform": transform,
+                "inputs": self.inputs,
+                "transform_params": self.transform_params,
+                "write": self.write_options_,
+                "spark_conf": self.spark_conf,
+            },
+            identity=identity_from(context),
+            metadata=commit_metadata_from(context),
         )
-        self._emit_asset_event(context, result.to_dict())
-        return result.to_dict()
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.engines.stages import run_stage
+
+        with fail_fast_on_user_error():
+            spec = self.run_spec(context)
+            local_transform = self.transform if callable(self.transform) else None
+            result = self.run_stage_on_engine(
+                context,
+                spec,
+                lambda: run_stage(spec, storage=self._storage(), transform=local_transform),
+            )
+        return self._done(context, result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_user_error():
+            result = self.resume_from_trigger(context, event)
+        return self._done(context, result)
+
+    def on_kill(self) -> None:
+        self.kill_job()
+
+    def _done(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        self._emit_asset_event(context, result)
+        return result
 
     def _emit_asset_event(self, context: Context, value: dict[str, Any]) -> None:
         # Airflow emits an event for every outlet of a successful task; ``committed`` tells consumers
@@ -171,15 +178,3 @@ class SparkToDeltaOperator(BaseOperator):
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
 
-
-def _write_options(values: dict[str, Any]) -> DeltaWriteOptions:
-    """``DeltaWriteOptions`` from the ``write`` dict; an unknown key is a user error naming it."""
-    import dataclasses
-
-    from airflow_provider_dltrain.exceptions import InvalidSpecError
-
-    known = {f.name for f in dataclasses.fields(DeltaWriteOptions)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise InvalidSpecError(f"write: unknown option(s) {unknown}; known options: {sorted(known)}")
-    return DeltaWriteOptions(**values)

@@ -28,6 +28,11 @@ def redact_uri(uri: str | None) -> str | None:
     return _USERINFO.sub("***@", uri) if uri else uri
 
 
+def strip_userinfo(uri: str | None) -> str | None:
+    """``uri`` without any ``user:password@`` part (for a job that must not carry credentials)."""
+    return _USERINFO.sub("", uri) if uri else uri
+
+
 CREDENTIAL_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 

@@ -122,7 +122,7 @@ def test_bad_scoring_spec_or_engine_fails_when_the_dag_is_parsed(input_table):
     with pytest.raises(InvalidSpecError, match="feature_columns"):
         _operator(model="models:/d/1", input=input_table.to_dict(), table_uri="/t", scoring={})
     with pytest.raises(ValueError, match="engine"):
-        _operator(model="models:/d/1", input=input_table.to_dict(), table_uri="/t", engine="emr")
+        _operator(model="models:/d/1", input=input_table.to_dict(), table_uri="/t", engine="dataproc")
 
 
 def test_dag_parsing_the_operator_imports_no_spark_torch_mlflow_or_deltalake():

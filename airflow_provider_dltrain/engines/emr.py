@@ -1,0 +1,177 @@
+"""Amazon EMR on EC2: a step on an existing cluster, or a transient cluster per run.
+
+The step is ``command-runner.jar spark-submit … job_script.py --spec … --code …``. The Python side
+(deltalake, pyarrow, torch) comes from a virtualenv archive (``venv_archive_uri``, unpacked as
+``./environment`` on every node) or from a bootstrap action the user configures. On an existing
+cluster steps use ``ActionOnFailure=CONTINUE`` (a failing date must not kill a shared cluster); a
+transient cluster runs one step and terminates itself, and is also terminated by ``teardown``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+STEP_STATES = {
+    "PENDING": PENDING,
+    "CANCEL_PENDING": RUNNING,
+    "RUNNING": RUNNING,
+    "COMPLETED": SUCCEEDED,
+    "CANCELLED": CANCELLED,
+    "FAILED": FAILED,
+    "INTERRUPTED": FAILED,
+}
+ACTIVE_CLUSTER = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
+ACTIVE_STEP = ["PENDING", "RUNNING", "CANCEL_PENDING"]
+
+
+class EmrEngine:
+    """Run stages as EMR steps.
+
+    :param cluster_id: an existing cluster (``j-…``); without it each run creates a transient cluster.
+    :param job_flow: the ``RunJobFlow`` request of the transient cluster (``ReleaseLabel``,
+        ``Instances``, ``JobFlowRole``, ``ServiceRole``, ``LogUri``, …); ``Name``, ``Steps``,
+        ``Tags`` and ``KeepJobFlowAliveWhenNoSteps`` are set here.
+    :param venv_archive_uri: ``s3://…/venv.tar.gz`` made with venv-pack (Python with deltalake,
+        pyarrow, torch, mlflow); sets ``spark.pyspark.python`` to its interpreter.
+    :param spark_submit_args: more ``spark-submit`` arguments (``--conf k=v``, ``--executor-memory``).
+    """
+
+    name = "emr"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        cluster_id: str | None = None,
+        job_flow: Mapping[str, Any] | None = None,
+        venv_archive_uri: str | None = None,
+        spark_submit_args: Sequence[str] = (),
+        region: str | None = None,
+    ) -> None:
+        if not cluster_id and not job_flow:
+            raise InvalidSpecError(
+                "emr needs cluster_id (an existing cluster) or job_flow (a RunJobFlow request for a "
+                "transient cluster per run)"
+            )
+        self.emr = clients("emr")
+        self.stager = Stager(staging_uri, clients("s3"))
+        self.cluster_id = cluster_id
+        self.job_flow = dict(job_flow or {})
+        self.venv_archive_uri = venv_archive_uri
+        self.spark_submit_args = list(spark_submit_args)
+        self.region = region
+
+    def stage(self, spec: RunSpec) -> StagedRun:
+        return self.stager.stage(spec)
+
+    def step(self, staged: StagedRun) -> dict[str, Any]:
+        """The ``StepConfig`` running the job script through ``spark-submit``."""
+        args = ["spark-submit", "--deploy-mode", "client"]
+        if self.venv_archive_uri:
+            args += [
+                "--archives",
+                f"{self.venv_archive_uri}#environment",
+                "--conf",
+                "spark.pyspark.python=./environment/bin/python",
+                "--conf",
+                "spark.pyspark.driver.python=./environment/bin/python",
+            ]
+        args += [*self.spark_submit_args, staged.script_uri, "--spec", staged.spec_uri, "--code", staged.code_uri]
+        return {
+            "Name": staged.spec.identity.job_name,
+            "ActionOnFailure": "CONTINUE" if self.cluster_id else "TERMINATE_CLUSTER",
+            "HadoopJarStep": {"Jar": "command-runner.jar", "Args": args},
+        }
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        step = self.step(staged)
+        tags = [{"Key": k, "Value": v} for k, v in staged.spec.identity.tags().items()]
+        if self.cluster_id:
+            step_id = self.emr.add_job_flow_steps(JobFlowId=self.cluster_id, Steps=[step])["StepIds"][0]
+            return self._handle(self.cluster_id, step_id, staged.result_uri, transient=False)
+        request = {
+            **self.job_flow,
+            "Name": staged.spec.identity.job_name,
+            "Steps": [step],
+            "Tags": [*self.job_flow.get("Tags", []), *tags],
+        }
+        request["Instances"] = {**request.get("Instances", {}), "KeepJobFlowAliveWhenNoSteps": False}
+        cluster_id = self.emr.run_job_flow(**request)["JobFlowId"]
+        step_id = self.emr.list_steps(ClusterId=cluster_id)["Steps"][0]["Id"]
+        return self._handle(cluster_id, step_id, staged.result_uri, transient=True)
+
+    def _handle(self, cluster_id: str, step_id: str, result_uri: str, *, transient: bool) -> JobHandle:
+        url = None
+        if self.region:
+            url = (
+                f"https://{self.region}.console.aws.amazon.com/emr/home?region={self.region}"
+                f"#/clusterDetails/{cluster_id}"
+            )
+        created = {"cluster_id": cluster_id} if transient else {}
+        return JobHandle(self.name, {"cluster_id": cluster_id, "step_id": step_id}, result_uri, url, created)
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        prefix = identity.job_name.rsplit("-", 1)[0] + "-"
+        if self.cluster_id:
+            return self._find_step(self.cluster_id, prefix, transient=False)
+        pages = self.emr.get_paginator("list_clusters").paginate(ClusterStates=ACTIVE_CLUSTER)
+        for cluster in (c for page in pages for c in page.get("Clusters", [])):
+            if cluster["Name"].startswith(prefix):
+                found = self._find_step(cluster["Id"], prefix, transient=True)
+                if found:
+                    return found
+        return None
+
+    def _find_step(self, cluster_id: str, prefix: str, *, transient: bool) -> JobHandle | None:
+        for step in self.emr.list_steps(ClusterId=cluster_id, StepStates=ACTIVE_STEP).get("Steps", []):
+            if step["Name"].startswith(prefix):
+                args = step["Config"]["Args"]
+                spec_uri = args[args.index("--spec") + 1]
+                result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json"
+                return self._handle(cluster_id, step["Id"], result_uri, transient=transient)
+        return None
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        status = self.emr.describe_step(ClusterId=handle.ids["cluster_id"], StepId=handle.ids["step_id"])
+        status = status["Step"]["Status"]
+        raw = status["State"]
+        details = status.get("FailureDetails") or {}
+        message = details.get("Message") or status.get("StateChangeReason", {}).get("Message", "")
+        if details.get("LogFile"):
+            message = f"{message} (log: {details['LogFile']})"
+        return JobStatus(STEP_STATES.get(raw, RUNNING), raw, message)
+
+    def cancel(self, handle: JobHandle) -> None:
+        self.emr.cancel_steps(
+            ClusterId=handle.ids["cluster_id"],
+            StepIds=[handle.ids["step_id"]],
+            StepCancellationOption="TERMINATE_PROCESS",
+        )
+
+    def teardown(self, handle: JobHandle) -> None:
+        cluster_id = handle.created.get("cluster_id")
+        if cluster_id:
+            self.emr.terminate_job_flows(JobFlowIds=[cluster_id])
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(f"emr step {handle.ids['step_id']} wrote no result at {handle.result_uri}")
+        return data

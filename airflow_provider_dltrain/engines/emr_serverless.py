@@ -1,0 +1,159 @@
+"""Amazon EMR Serverless: one job run per try on an existing Spark application.
+
+The run's ``sparkSubmit`` entry point is ``job_script.py``; the Python side comes from the
+application's custom image (``imageConfiguration``) or a virtualenv archive (``venv_archive_uri``).
+Runs are named after the task and tagged, so a retry finds the run an earlier try left running.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+STATES = {
+    "SUBMITTED": PENDING,
+    "PENDING": PENDING,
+    "SCHEDULED": PENDING,
+    "QUEUED": PENDING,
+    "RUNNING": RUNNING,
+    "CANCELLING": RUNNING,
+    "SUCCESS": SUCCEEDED,
+    "FAILED": FAILED,
+    "CANCELLED": CANCELLED,
+}
+ACTIVE = ["SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING"]
+
+
+class EmrServerlessEngine:
+    """Run stages as EMR Serverless job runs.
+
+    :param application_id: the Spark application (release emr-7.x: Spark 3.5).
+    :param execution_role_arn: the role the run assumes (table buckets, staging).
+    :param venv_archive_uri: ``s3://…/venv.tar.gz`` when the application has no custom image.
+    :param spark_submit_parameters: more ``--conf`` settings.
+    :param log_uri: ``s3://`` prefix for driver and executor logs.
+    """
+
+    name = "emr_serverless"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        application_id: str,
+        execution_role_arn: str,
+        venv_archive_uri: str | None = None,
+        spark_submit_parameters: str = "",
+        log_uri: str | None = None,
+        execution_timeout_minutes: int = 120,
+        region: str | None = None,
+    ) -> None:
+        if not application_id or not execution_role_arn:
+            raise InvalidSpecError("emr_serverless needs application_id and execution_role_arn")
+        self.es = clients("emr-serverless")
+        self.stager = Stager(staging_uri, clients("s3"))
+        self.application_id = application_id
+        self.role = execution_role_arn
+        self.venv_archive_uri = venv_archive_uri
+        self.parameters = spark_submit_parameters
+        self.log_uri = log_uri
+        self.timeout = int(execution_timeout_minutes)
+        self.region = region
+
+    def stage(self, spec: RunSpec) -> StagedRun:
+        return self.stager.stage(spec)
+
+    def request(self, staged: StagedRun) -> dict[str, Any]:
+        """The ``StartJobRun`` request."""
+        params = self.parameters
+        if self.venv_archive_uri:
+            params = (
+                f"--conf spark.archives={self.venv_archive_uri}#environment "
+                "--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON=./environment/bin/python "
+                "--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON=./environment/bin/python "
+                f"--conf spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python {params}"
+            ).strip()
+        driver: dict[str, Any] = {
+            "entryPoint": staged.script_uri,
+            "entryPointArguments": ["--spec", staged.spec_uri, "--code", staged.code_uri],
+        }
+        if params:
+            driver["sparkSubmitParameters"] = params
+        request: dict[str, Any] = {
+            "applicationId": self.application_id,
+            "executionRoleArn": self.role,
+            "name": staged.spec.identity.job_name,
+            "jobDriver": {"sparkSubmit": driver},
+            "tags": staged.spec.identity.tags(),
+            "executionTimeoutMinutes": self.timeout,
+        }
+        if self.log_uri:
+            request["configurationOverrides"] = {
+                "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self.log_uri}}
+            }
+        return request
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        run = self.es.start_job_run(**self.request(staged))
+        return self._handle(run["jobRunId"], staged.result_uri)
+
+    def _handle(self, run_id: str, result_uri: str) -> JobHandle:
+        url = None
+        if self.region:
+            url = (
+                f"https://{self.region}.console.aws.amazon.com/emr/home?region={self.region}"
+                f"#/serverless-applications/{self.application_id}/job-runs/{run_id}"
+            )
+        ids = {"application_id": self.application_id, "job_run_id": run_id}
+        return JobHandle(self.name, ids, result_uri, url)
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        prefix = identity.job_name.rsplit("-", 1)[0] + "-"
+        try:
+            pages = self.es.get_paginator("list_job_runs").paginate(
+                applicationId=self.application_id, states=ACTIVE
+            )
+            runs = [r for page in pages for r in page.get("jobRuns", [])]
+        except self.es.exceptions.ResourceNotFoundException:
+            return None
+        for run in runs:
+            if run.get("name", "").startswith(prefix):
+                full = self.es.get_job_run(applicationId=self.application_id, jobRunId=run["id"])["jobRun"]
+                args = full["jobDriver"]["sparkSubmit"]["entryPointArguments"]
+                spec_uri = args[args.index("--spec") + 1]
+                return self._handle(run["id"], spec_uri.rsplit("/", 1)[0] + "/result.json")
+        return None
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        run = self.es.get_job_run(applicationId=handle.ids["application_id"], jobRunId=handle.ids["job_run_id"])
+        raw = run["jobRun"]["state"]
+        return JobStatus(STATES.get(raw, RUNNING), raw, run["jobRun"].get("stateDetails", ""))
+
+    def cancel(self, handle: JobHandle) -> None:
+        self.es.cancel_job_run(applicationId=handle.ids["application_id"], jobRunId=handle.ids["job_run_id"])
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing per run: the application is the user's and stops itself when idle."""
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(
+                f"emr_serverless run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
+            )
+        return data

@@ -1,0 +1,193 @@
+"""AWS Glue: one Glue job per task (created or updated to this spec), one job run per try.
+
+The job's script is ``job_script.py`` on S3; deltalake and pyarrow come through
+``--additional-python-modules`` and the provider plus the user's transform module arrive as the code
+bundle the script puts on ``sys.path``. A run carries ``--dltrain-task-key`` so a retry of the task
+finds the run an earlier try left running instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+log = logging.getLogger(__name__)
+
+STATES = {
+    "STARTING": PENDING,
+    "WAITING": PENDING,
+    "RUNNING": RUNNING,
+    "STOPPING": RUNNING,
+    "SUCCEEDED": SUCCEEDED,
+    "FAILED": FAILED,
+    "ERROR": FAILED,
+    "TIMEOUT": FAILED,
+    "EXPIRED": FAILED,
+    "STOPPED": CANCELLED,
+}
+ACTIVE = ("STARTING", "WAITING", "RUNNING", "STOPPING")
+DEFAULT_MODULES = ("deltalake==1.6.6", "tenacity>=9")
+
+
+class GlueEngine:
+    """Run stages as AWS Glue (Spark) job runs.
+
+    :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param role: IAM role (name or ARN) the Glue job runs as: it needs the table buckets and staging.
+    :param job_name: the Glue job (default: ``dltrain-<dag_id>-<task_id>``); created or updated per run.
+    :param glue_version: ``"5.0"`` (Spark 3.5, Python 3.11) or later.
+    :param worker_type: e.g. ``"G.1X"``; ``number_of_workers``: at least 2.
+    :param additional_python_modules: pip specs installed on the job (deltalake, …); wheels on S3 too.
+    :param default_arguments: more Glue job arguments (``--conf``, ``--enable-metrics``, …).
+    :param region: for console links.
+    """
+
+    name = "glue"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        role: str,
+        job_name: str | None = None,
+        glue_version: str = "5.0",
+        worker_type: str = "G.1X",
+        number_of_workers: int = 2,
+        additional_python_modules: Sequence[str] = DEFAULT_MODULES,
+        default_arguments: Mapping[str, str] | None = None,
+        max_concurrent_runs: int = 16,
+        timeout_minutes: int = 120,
+        region: str | None = None,
+    ) -> None:
+        if not role:
+            raise InvalidSpecError("engine option role is required for glue: the IAM role the job runs as")
+        self.glue = clients("glue")
+        self.stager = Stager(staging_uri, clients("s3"))
+        self.role = role
+        self.job_name = job_name
+        self.glue_version = str(glue_version)
+        self.worker_type = worker_type
+        self.number_of_workers = int(number_of_workers)
+        self.modules = list(additional_python_modules)
+        self.default_arguments = dict(default_arguments or {})
+        # Glue's default of 1 concurrent run would fail a backfill's second date while the first runs.
+        self.max_concurrent_runs = int(max_concurrent_runs)
+        self.timeout_minutes = int(timeout_minutes)
+        self.region = region
+
+    def _job(self, identity: RunIdentity) -> str:
+        if self.job_name:
+            return self.job_name
+        name = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{identity.dag_id}-{identity.task_id}")
+        return f"dltrain-{name}"[:255]
+
+    def stage(self, spec: RunSpec) -> StagedRun:
+        return self.stager.stage(spec)
+
+    def job_definition(self, staged: StagedRun) -> dict[str, Any]:
+        """The ``CreateJob`` / ``UpdateJob`` request of this task's Glue job."""
+        return {
+            "Role": self.role,
+            "Description": "airflow-provider-dltrain stage job",
+            "Command": {"Name": "glueetl", "ScriptLocation": staged.script_uri, "PythonVersion": "3"},
+            "DefaultArguments": {
+                "--job-language": "python",
+                "--additional-python-modules": ",".join(self.modules),
+                "--enable-continuous-cloudwatch-log": "true",
+                **self.default_arguments,
+            },
+            "ExecutionProperty": {"MaxConcurrentRuns": self.max_concurrent_runs},
+            "GlueVersion": self.glue_version,
+            "WorkerType": self.worker_type,
+            "NumberOfWorkers": self.number_of_workers,
+            "Timeout": self.timeout_minutes,
+        }
+
+    def _ensure_job(self, name: str, staged: StagedRun) -> None:
+        definition = self.job_definition(staged)
+        try:
+            self.glue.get_job(JobName=name)
+        except self.glue.exceptions.EntityNotFoundException:
+            tags = staged.spec.identity.tags()
+            tags.pop("dltrain:run_id")  # the job outlives runs; its runs are found by argument
+            self.glue.create_job(Name=name, Tags={"dltrain:managed": "true", **tags}, **definition)
+            return
+        self.glue.update_job(JobName=name, JobUpdate=definition)
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        name = self._job(staged.spec.identity)
+        self._ensure_job(name, staged)
+        identity = staged.spec.identity
+        run = self.glue.start_job_run(
+            JobName=name,
+            Arguments={
+                "--spec": staged.spec_uri,
+                "--code": staged.code_uri,
+                "--dltrain-task-key": identity.task_key,
+                "--dltrain-run-id": identity.run_id,
+            },
+        )
+        return self._handle(name, run["JobRunId"], staged.result_uri)
+
+    def _handle(self, name: str, run_id: str, result_uri: str) -> JobHandle:
+        url = None
+        if self.region:
+            url = (
+                f"https://{self.region}.console.aws.amazon.com/gluestudio/home?region={self.region}"
+                f"#/job/{name}/run/{run_id}"
+            )
+        return JobHandle(self.name, {"job_name": name, "job_run_id": run_id}, result_uri, url)
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        name = self._job(identity)
+        try:
+            pages = self.glue.get_paginator("get_job_runs").paginate(JobName=name)
+            runs = [r for page in pages for r in page.get("JobRuns", [])]
+        except self.glue.exceptions.EntityNotFoundException:
+            return None
+        for run in runs:
+            args = run.get("Arguments") or {}
+            if run.get("JobRunState") in ACTIVE and args.get("--dltrain-task-key") == identity.task_key:
+                spec_uri = args.get("--spec", "")
+                return self._handle(name, run["Id"], spec_uri.rsplit("/", 1)[0] + "/result.json")
+        return None
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        run = self.glue.get_job_run(
+            JobName=handle.ids["job_name"], RunId=handle.ids["job_run_id"], PredecessorsIncluded=False
+        )["JobRun"]
+        raw = run["JobRunState"]
+        return JobStatus(STATES.get(raw, RUNNING), raw, run.get("ErrorMessage", ""))
+
+    def cancel(self, handle: JobHandle) -> None:
+        out = self.glue.batch_stop_job_run(JobName=handle.ids["job_name"], JobRunIds=[handle.ids["job_run_id"]])
+        for error in out.get("Errors", []):
+            log.info("stop of %s: %s", handle.ids, error.get("ErrorDetail", {}).get("ErrorMessage"))
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing per run: the Glue job definition stays for the next date (no cost while idle)."""
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(f"glue job run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}")
+        return data

@@ -1,0 +1,46 @@
+"""The script every cloud job runs (Glue job, EMR step, EMR Serverless run, ``spark-submit``).
+
+It is uploaded as it is, so it imports nothing but the standard library (and boto3, present on Glue,
+EMR and EMR Serverless) until the code bundle named by ``--code`` is on ``sys.path``; then it hands
+over to :func:`airflow_provider_dltrain.engines.entry.main`.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+
+def _fetch(uri, directory):
+    target = os.path.join(directory, os.path.basename(uri.rstrip("/")) or "code.zip")
+    if uri.startswith(("s3://", "s3a://")):
+        import boto3
+
+        bucket, _, key = uri.split("://", 1)[1].partition("/")
+        boto3.client("s3").download_file(bucket, key, target)
+    else:
+        shutil.copy(uri[len("file://") :] if uri.startswith("file://") else uri, target)
+    return target
+
+
+def _code_uris(argv):
+    uris = []
+    for i, arg in enumerate(argv):
+        if arg == "--code" and i + 1 < len(argv):
+            uris.append(argv[i + 1])
+        elif arg.startswith("--code="):
+            uris.append(arg.split("=", 1)[1])
+    return uris
+
+
+def run(argv):
+    directory = tempfile.mkdtemp(prefix="dltrain-code-")
+    paths = [_fetch(uri, directory) for uri in _code_uris(argv)]
+    sys.path[:0] = paths  # the bundle wins over any installed copy: the job runs the staged code
+    from airflow_provider_dltrain.engines.entry import main
+
+    return main(argv, code_paths=paths)
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""Any Spark cluster (``spark://``, YARN, Kubernetes): ``spark-submit`` of the same job script.
+
+The driver runs where ``spark-submit`` runs (client mode: on the Airflow worker; executors on the
+cluster). The job writes its result next to its spec, so the outcome survives this process; the
+``spark-submit`` process runs in its own session, is recorded in ``runs/<task_key>/active.json`` so
+a retry on the same machine re-attaches to it, and is killed (its whole process group) on cancel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    FAILED,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+
+def spark_submit_path() -> str:
+    """``$SPARK_HOME/bin/spark-submit``, else the one inside the installed pyspark package."""
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        import pyspark
+
+        home = os.path.dirname(pyspark.__file__)
+    return os.path.join(home, "bin", "spark-submit")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A finished child that nobody waited for is a zombie: gone for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+class SparkSubmitEngine:
+    """Run stages with ``spark-submit`` against any Spark master.
+
+    :param master: ``spark://host:7077``, ``yarn``, ``k8s://…``.
+    :param staging_uri: a directory every node can read (or an ``s3://`` prefix).
+    :param spark_submit_args: more arguments (``--conf k=v``, ``--executor-memory 4g``, …).
+    :param env: extra environment for ``spark-submit`` (``PYSPARK_PYTHON``, ``HADOOP_CONF_DIR``…).
+    """
+
+    name = "spark_submit"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        master: str,
+        staging_uri: str,
+        spark_submit_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        deploy_mode: str = "client",
+    ) -> None:
+        if not master:
+            raise InvalidSpecError("spark_submit needs master, e.g. 'spark://host:7077' or 'yarn'")
+        if deploy_mode != "client":
+            raise InvalidSpecError("spark_submit supports deploy_mode='client' (the driver reports its result)")
+        needs_s3 = staging_uri.startswith("s3")
+        self.stager = Stager(staging_uri, clients("s3") if needs_s3 else None)
+        self.master = master
+        self.args = list(spark_submit_args)
+        self.env = dict(env or {})
+
+    def stage(self, spec: RunSpec) -> StagedRun:
+        return self.stager.stage(spec)
+
+    def command(self, staged: StagedRun) -> list[str]:
+        return [
+            spark_submit_path(),
+            "--master",
+            self.master,
+            "--deploy-mode",
+            "client",
+            "--name",
+            staged.spec.identity.job_name,
+            *self.args,
+            staged.script_uri,
+            "--spec",
+            staged.spec_uri,
+            "--code",
+            staged.code_uri,
+        ]
+
+    def _active_uri(self, identity: RunIdentity) -> str:
+        return self.stager.uri("runs", identity.task_key, "active.json")
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        log_path = os.path.join(os.environ.get("DLTRAIN_HOME", ".dltrain"), "spark-submit")
+        os.makedirs(log_path, exist_ok=True)
+        log_file = os.path.join(log_path, f"{staged.spec.identity.job_name}.log")
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **self.env}
+        env.pop("PYSPARK_GATEWAY_PORT", None)
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(
+                self.command(staged), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        ids = {"pid": proc.pid, "host": socket.gethostname(), "log": log_file}
+        handle = JobHandle(self.name, ids, staged.result_uri)
+        self.stager.put(self._active_uri(staged.spec.identity), json.dumps(handle.to_dict()).encode())
+        return handle
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        raw = self.stager.get(self._active_uri(identity))
+        if raw is None:
+            return None
+        handle = JobHandle.from_dict(json.loads(raw))
+        if handle.ids.get("host") != socket.gethostname() or not _alive(int(handle.ids["pid"])):
+            return None
+        return handle
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        result = self.stager.result(handle.result_uri)
+        if result is not None and not _alive(int(handle.ids["pid"])):
+            if "error" in result:
+                return JobStatus(FAILED, "FAILED", str(result["error"]))
+            return JobStatus(SUCCEEDED, "SUCCEEDED")
+        if _alive(int(handle.ids["pid"])):
+            return JobStatus(RUNNING, "RUNNING")
+        return JobStatus(FAILED, "EXITED", f"spark-submit ended without a result; see {handle.ids['log']}")
+
+    def cancel(self, handle: JobHandle) -> None:
+        pid = int(handle.ids["pid"])
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing to remove: the cluster is the user's."""
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(f"spark-submit job wrote no result at {handle.result_uri}")
+        return data

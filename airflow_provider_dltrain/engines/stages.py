@@ -1,0 +1,176 @@
+"""What a stage does, wherever it runs: the local engine and every cloud job call these functions.
+
+``run_stage(spec)`` reads the inputs, runs the transform (or the scoring UDF) on the Spark session it
+is given and commits one partition through delta-rs. Storage credentials come from ``storage``:
+the Airflow worker resolves them from connections; a cloud job passes ``None`` and reaches S3 with its
+own role (or ``AWS_*`` environment), so no secret ever travels inside a spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.registry.config import TrackingConfig
+
+log = logging.getLogger(__name__)
+
+StorageResolver = Callable[[str], StorageOptions | None]
+
+
+
+@dataclass(frozen=True)
+class DeltaWriteOptions:
+    """How the transform's output is written.
+
+    :param partition_by: partition columns of the table (default: the keys of ``partition``).
+    :param schema_mode: ``"strict"`` (default) refuses any schema change; ``"merge"`` adds new columns.
+    :param max_bad_fraction: share of rows marked ``_error`` above which nothing is committed to
+        either table; default ``0.0``: any bad row fails the write (set e.g. ``0.05`` to quarantine
+        up to 5 % and commit the rest).
+    :param quarantine_uri: table for bad rows (default: ``<table_uri>_quarantine``).
+    :param num_files: coalesce the output to this many files per write (default: Spark's partitioning).
+    :param allow_empty: commit a write with no rows (empties the partition); refused by default.
+    """
+
+    partition_by: tuple[str, ...] | None = None
+    schema_mode: str = "strict"
+    max_bad_fraction: float = 0.0
+    quarantine_uri: str | None = None
+    num_files: int | None = None
+    allow_empty: bool = False
+
+
+WRITE_OPTIONS = tuple(f.name for f in dataclasses.fields(DeltaWriteOptions))
+
+
+def _no_storage(uri: str) -> StorageOptions | None:
+    return None
+
+
+def check_write_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``write`` dict with an unknown key refused, naming it and the known ones."""
+    unknown = sorted(set(values) - set(WRITE_OPTIONS))
+    if unknown:
+        raise InvalidSpecError(f"write: unknown option(s) {unknown}; known options: {sorted(WRITE_OPTIONS)}")
+    return dict(values)
+
+
+def run_stage(
+    spec: RunSpec,
+    *,
+    spark: Any = None,
+    storage: StorageResolver | None = None,
+    transform: Callable[..., Any] | None = None,
+    tracking: TrackingConfig | None = None,
+) -> dict[str, Any]:
+    """Run ``spec`` and return the result an operator hands to XCom (a ``DeltaRef`` dict plus counts).
+
+    :param spark: the session to use (default: ``etl.spark_session`` with the spec's ``spark_conf``).
+    :param storage: ``uri -> storage options`` (default: none, the environment's credentials).
+    :param transform: the transform callable itself, for a local run given a function, not a name.
+    :param tracking: the MLflow store (with credentials) scoring loads ``model_uri`` from; default:
+        load the pinned version's artifacts from ``load_uri``, which needs no tracking credentials.
+    """
+    resolve = storage or _no_storage
+    if spec.stage == "etl":
+        return _run_etl(spec, spark, resolve, transform)
+    return _run_score(spec, spark, resolve, tracking)
+
+
+def _session(spark: Any, conf: Mapping[str, str] | None) -> Any:
+    if spark is not None:
+        return spark
+    from airflow_provider_dltrain.etl.spark import spark_session
+
+    return spark_session(conf=conf)
+
+
+def _run_etl(
+    spec: RunSpec, spark: Any, storage: StorageResolver, transform: Callable[..., Any] | None
+) -> dict[str, Any]:
+    from airflow_provider_dltrain.etl import read_inputs, run_transform, write_dataframe
+    from airflow_provider_dltrain.etl.inputs import check_inputs, input_uri
+
+    p = spec.params
+    options = check_write_options(p.get("write") or {})
+    inputs: dict[str, Any] = dict(p.get("inputs") or {})
+    check_inputs(inputs)
+    per_input = {name: storage(uri) for name, s in inputs.items() if (uri := input_uri(s))}
+    session = _session(spark, p.get("spark_conf"))
+    log.info("reading inputs %s", sorted(inputs))
+    frames = read_inputs(session, inputs, storage(spec.table_uri), input_storage_options=per_input)
+    df = run_transform(session, transform or p["transform"], frames, p.get("transform_params") or {})
+    if options.get("num_files"):
+        df = df.coalesce(int(options["num_files"]))
+    partition_by = options.get("partition_by")
+    result = write_dataframe(
+        df,
+        spec.table_uri,
+        spec.partition,
+        partition_by=list(partition_by) if partition_by else None,
+        schema_mode=options.get("schema_mode", "strict"),
+        metadata=spec.metadata,
+        storage_options=storage(spec.table_uri),
+        quarantine_uri=options.get("quarantine_uri"),
+        max_bad_fraction=float(options.get("max_bad_fraction", 0.0)),
+        allow_empty=bool(options.get("allow_empty", False)),
+    )
+    log.info(
+        "%s %s version %d: %d row(s), %d quarantined%s",
+        "committed" if result.committed else "unchanged content, no commit; still",
+        result.ref.uri,
+        result.ref.version,
+        result.rows_written,
+        result.rows_quarantined,
+        f" ({result.reasons})" if result.reasons else "",
+    )
+    return result.to_dict()
+
+
+def _run_score(
+    spec: RunSpec, spark: Any, storage: StorageResolver, tracking: TrackingConfig | None
+) -> dict[str, Any]:
+    from airflow_provider_dltrain.inference import score_table
+    from airflow_provider_dltrain.inference.model import ScoringModel
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    p = spec.params
+    model = p["model"]
+    ref = DeltaRef.coerce(dict(p["input"]))
+    if tracking is None:
+        # A job loads the pinned version's artifacts directly (``load_uri``): it needs read access to
+        # the artifact store, not the tracking server's credentials.
+        uri = model.get("load_uri") or model["model_uri"]
+        tracking = TrackingConfig(tracking_uri=p["tracking_uri"], registry_uri=p.get("registry_uri"))
+    else:
+        uri = model["model_uri"]
+    chosen = ScoringModel(model.get("name"), model.get("version"), uri)
+    out = score_table(
+        _session(spark, p.get("spark_conf")),
+        chosen,
+        ref,
+        spec.table_uri,
+        spec.partition,
+        scoring=p["scoring"],
+        tracking=tracking,
+        input_filter=p.get("input_filter"),
+        metadata=spec.metadata,
+        storage_options=storage(spec.table_uri),
+        input_storage_options=storage(ref.uri),
+        allow_pickle=bool(p.get("allow_pickle", False)),
+    )
+    log.info("scored %s v%d into %s version %d", ref.uri, ref.version, out.uri, out.version)
+    return {**out.to_dict(), "model_name": chosen.name, "model_version": chosen.version}
+
+
+def spec_dict(value: Any) -> dict[str, Any]:
+    """A dataclass or mapping as a plain dict (for ``write`` and ``scoring`` options)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return dict(value or {})

@@ -1,0 +1,156 @@
+"""Put a run's spec, the job script and the code bundle where a job can read them; read its result.
+
+Layout under the staging URI (an ``s3://`` prefix, or a shared directory for ``spark_submit``)::
+
+    code/<sha256>.zip           the provider package plus the user's transform module (pure Python)
+    code/job_script-<sha>.py    the script the service runs (``engines/job_script.py``)
+    runs/<task_key>/<try>/spec.json, result.json
+
+Bundles are content-addressed: staging the same code twice uploads nothing. The bundle holds only
+pure-Python code; native libraries (deltalake, pyarrow, torch) come from the job's environment
+(Glue ``--additional-python-modules``, an EMR virtualenv archive, an EMR Serverless image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import StagedRun, parse_result
+from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+_FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build time: same code, same bytes, same key
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+class Stager:
+    """Reads and writes objects under ``staging_uri`` with an S3 client (or the local filesystem)."""
+
+    def __init__(self, staging_uri: str, s3_client: Any = None) -> None:
+        if not staging_uri:
+            raise InvalidSpecError(
+                "engine option staging_uri is required: an s3:// prefix the job can read and write, "
+                "e.g. 's3://my-bucket/dltrain'"
+            )
+        self.remote = staging_uri.startswith(("s3://", "s3a://"))
+        if self.remote and s3_client is None:
+            raise InvalidSpecError("an s3:// staging_uri needs an S3 client")
+        self.root = staging_uri.rstrip("/")
+        self.s3 = s3_client
+
+    def uri(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def put(self, uri: str, data: bytes) -> None:
+        if self.remote:
+            bucket, key = split_s3(uri)
+            self.s3.put_object(Bucket=bucket, Key=key, Body=data)
+        else:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+            Path(uri).write_bytes(data)
+
+    def exists(self, uri: str) -> bool:
+        if not self.remote:
+            return os.path.exists(uri)
+        bucket, key = split_s3(uri)
+        return bool(self.s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount"))
+
+    def get(self, uri: str) -> bytes | None:
+        """The object's bytes, or ``None`` when it does not exist."""
+        if not self.remote:
+            return Path(uri).read_bytes() if os.path.exists(uri) else None
+        bucket, key = split_s3(uri)
+        try:
+            return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def delete(self, uri: str) -> None:
+        if self.remote:
+            bucket, key = split_s3(uri)
+            self.s3.delete_object(Bucket=bucket, Key=key)
+        elif os.path.exists(uri):
+            os.remove(uri)
+
+    def put_once(self, uri: str, data: bytes) -> str:
+        if not self.exists(uri):
+            self.put(uri, data)
+        return uri
+
+    def stage(self, spec: RunSpec, extra_modules: Iterable[str] = ()) -> StagedRun:
+        """Upload the code bundle, the job script and the spec (with its result URI) for one run."""
+        modules = [*_transform_modules(spec), *extra_modules]
+        bundle = code_bundle(modules)
+        code_uri = self.put_once(self.uri("code", f"{hashlib.sha256(bundle).hexdigest()[:20]}.zip"), bundle)
+        script = job_script()
+        script_uri = self.put_once(
+            self.uri("code", f"job_script-{hashlib.sha256(script).hexdigest()[:12]}.py"), script
+        )
+        run_dir = self.uri("runs", spec.identity.task_key, str(spec.identity.try_number))
+        result_uri = f"{run_dir}/result.json"
+        staged = RunSpec(**{**spec.__dict__, "result_uri": result_uri, "code_uris": (code_uri,)})
+        spec_uri = f"{run_dir}/spec.json"
+        self.delete(result_uri)  # a result left by an earlier submission of this try must not count
+        self.put(spec_uri, staged.to_json().encode())
+        return StagedRun(staged, spec_uri, script_uri, code_uri, result_uri)
+
+    def result(self, result_uri: str) -> dict[str, Any] | None:
+        raw = self.get(result_uri)
+        return None if raw is None else parse_result(raw, result_uri)
+
+
+def job_script() -> bytes:
+    from airflow_provider_dltrain.engines import job_script as module
+
+    return Path(module.__file__ or "").read_bytes()
+
+
+def _transform_modules(spec: RunSpec) -> list[str]:
+    transform = spec.params.get("transform")
+    if spec.stage != "etl":
+        return []
+    if not isinstance(transform, str) or ":" not in transform:
+        raise InvalidSpecError(
+            f"transform must be 'package.module:function' for a cloud engine (the job imports it), "
+            f"got {transform!r:.120}"
+        )
+    return [transform.split(":", 1)[0]]
+
+
+def _module_root(module: str) -> tuple[Path, str]:
+    """The file or top-level package directory holding ``module`` and its name inside the zip."""
+    top = module.split(".", 1)[0]
+    spec = importlib.util.find_spec(top)
+    if spec is None or (spec.origin is None and not spec.submodule_search_locations):
+        raise InvalidSpecError(f"cannot find module {top!r} to ship with the job; is it importable here?")
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))), top
+    return Path(spec.origin or ""), f"{top}.py"
+
+
+def code_bundle(modules: Iterable[str]) -> bytes:
+    """A deterministic zip of this provider package plus each module's top-level package (or file)."""
+    roots = dict([_module_root("airflow_provider_dltrain"), *(_module_root(m) for m in modules)])
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, arcname in sorted(roots.items(), key=lambda kv: kv[1]):
+            files = [path] if path.is_file() else sorted(path.rglob("*.py"))
+            for file in files:
+                name = arcname if path.is_file() else f"{arcname}/{file.relative_to(path).as_posix()}"
+                if "__pycache__" in name:
+                    continue
+                info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, file.read_bytes(), zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()

@@ -1,0 +1,143 @@
+"""Run a stage's :class:`RunSpec` where ``engine=`` says: in this process, or as a cloud job.
+
+Shared by the ETL and scoring operators (composition of one helper, not an operator per engine):
+submit (or re-attach to the job an earlier try of this task left running), wait or defer, return the
+job's result, cancel on kill, and always tear down what the run created.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperatorLink
+
+from airflow_provider_dltrain.engines import LOCAL
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dltrain.engines import Engine, JobHandle, RunIdentity, RunSpec
+
+log = logging.getLogger(__name__)
+XCOM_JOB = "dltrain_job"
+
+
+def identity_from(context: Context) -> RunIdentity:
+    from airflow_provider_dltrain.engines import RunIdentity
+    from airflow_provider_dltrain.utils.context import run_info
+
+    info = run_info(context)
+    ti = context.get("ti")
+    map_index = getattr(ti, "map_index", -1)
+    return RunIdentity(
+        dag_id=info["dag_id"] or "adhoc",
+        run_id=info["run_id"] or "adhoc",
+        task_id=info["task_id"] or "adhoc",
+        map_index=int(map_index) if isinstance(map_index, int) else -1,
+        try_number=int(info["try_number"] or 1),
+        logical_date=info["logical_date"],
+    )
+
+
+class EngineJobLink(BaseOperatorLink):
+    """The service console page of the job this task ran (Glue run, EMR cluster, EMR Serverless run)."""
+
+    name = "Job console"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        from airflow.providers.common.compat.sdk import XCom
+
+        job = XCom.get_value(key=XCOM_JOB, ti_key=ti_key)
+        return str((job or {}).get("console_url") or "")
+
+
+class EngineRun:
+    """The engine part of an operator: ``engine``, ``engine_options``, ``aws_conn_id``, ``deferrable``."""
+
+    engine: str
+    engine_options: dict[str, Any]
+    aws_conn_id: str | None
+    deferrable: bool
+    poll_interval: float
+    log: Any
+    _job: tuple[Engine, JobHandle] | None = None
+
+    def _engine(self) -> Engine:
+        from airflow_provider_dltrain.hooks.engines import EngineHook
+
+        return EngineHook(self.aws_conn_id).get_engine(self.engine, self.engine_options)
+
+    def run_stage_on_engine(
+        self, context: Context, spec: RunSpec, local: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``local()`` for the local engine; otherwise the job's result (deferring when asked)."""
+        from airflow_provider_dltrain.engines import check_engine_name
+
+        check_engine_name(self.engine)
+        if self.engine == LOCAL:
+            return local()
+        engine = self._engine()
+        handle = engine.find(spec.identity)
+        if handle is not None:
+            self.log.info("re-attaching to %s job %s started by an earlier try", engine.name, handle.ids)
+        else:
+            staged = engine.stage(spec)
+            self.log.info("staged spec %s and code %s", staged.spec_uri, staged.code_uri)
+            handle = engine.submit(staged)
+            self.log.info("submitted %s job %s", engine.name, handle.ids)
+        if handle.console_url:
+            self.log.info("console: %s", handle.console_url)
+        context["ti"].xcom_push(key=XCOM_JOB, value=handle.to_dict())
+        self._job = (engine, handle)
+        if self.deferrable:
+            from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
+
+            trigger = EngineJobTrigger(
+                engine=self.engine,
+                handle=handle.to_dict(),
+                engine_options=dict(self.engine_options),
+                aws_conn_id=self.aws_conn_id,
+                poll_interval=self.poll_interval,
+            )
+            self.defer(trigger=trigger, method_name="execute_complete")  # type: ignore[attr-defined]
+        return self._finish(engine, handle, None)
+
+    def _finish(self, engine: Engine, handle: JobHandle, event: dict[str, Any] | None) -> dict[str, Any]:
+        from airflow_provider_dltrain.engines import JobStatus, outcome, wait
+
+        try:
+            if event is None:
+                status = wait(
+                    engine,
+                    handle,
+                    poll_interval=self.poll_interval,
+                    on_status=lambda s: self.log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
+                )
+            elif event.get("state") == "ERROR":
+                raise RuntimeError(f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}")
+            else:
+                status = JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
+            return outcome(engine, handle, status)
+        finally:
+            engine.teardown(handle)
+            self._job = None
+
+    def resume_from_trigger(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        from airflow_provider_dltrain.engines import JobHandle
+
+        handle = JobHandle.from_dict(event["handle"])
+        return self._finish(self._engine(), handle, event)
+
+    def kill_job(self) -> None:
+        """Cancel the running job and tear down what it created (``on_kill``)."""
+        if self._job is None:
+            return
+        engine, handle = self._job
+        try:
+            self.log.info("cancelling %s job %s", engine.name, handle.ids)
+            engine.cancel(handle)
+        finally:
+            engine.teardown(handle)
+            self._job = None

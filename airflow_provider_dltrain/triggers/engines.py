@@ -1,0 +1,70 @@
+"""``EngineJobTrigger``: wait in the triggerer for a Glue/EMR/EMR Serverless job to end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class EngineJobTrigger(BaseTrigger):
+    """Fires once the job of ``handle`` is terminal, with its state and the service's reason.
+
+    Kwargs carry the connection id and engine options (bucket, role ARN, cluster id), never
+    credentials. The adapter's ``poll`` is the same call the operator's synchronous wait makes.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: str,
+        handle: dict[str, Any],
+        engine_options: dict[str, Any] | None = None,
+        aws_conn_id: str | None = None,
+        region_name: str | None = None,
+        poll_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.handle = handle
+        self.engine_options = engine_options or {}
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "engine": self.engine,
+                "handle": self.handle,
+                "engine_options": self.engine_options,
+                "aws_conn_id": self.aws_conn_id,
+                "region_name": self.region_name,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    def _poll(self) -> Any:
+        from airflow_provider_dltrain.engines import JobHandle
+        from airflow_provider_dltrain.hooks.engines import EngineHook
+
+        engine = EngineHook(self.aws_conn_id, self.region_name).get_engine(self.engine, self.engine_options)
+        return engine.poll(JobHandle.from_dict(self.handle))
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                status = await asyncio.to_thread(self._poll)
+            except Exception as err:
+                message = f"{type(err).__name__}: {err}"
+                yield TriggerEvent({"state": "ERROR", "raw": "", "message": message, "handle": self.handle})
+                return
+            if status.terminal:
+                event = {"state": status.state, "raw": status.raw, "message": status.message}
+                yield TriggerEvent({**event, "handle": self.handle})
+                return
+            self.log.info("%s job %s: %s", self.engine, self.handle.get("ids"), status.raw)
+            await asyncio.sleep(self.poll_interval)
