@@ -60,7 +60,9 @@ def get_engine(name: str, clients: Callable[[str], Any], options: Mapping[str, A
     try:
         return factory(clients, **dict(options or {}))
     except TypeError as err:
-        raise InvalidSpecError(f"engine_options {sorted(options or {})} do not fit engine {name!r}: {err}") from err
+        raise InvalidSpecError(
+            f"engine_options {sorted(options or {})} do not fit engine {name!r}: {err}"
+        ) from err
 
 
 __all__ = [

@@ -93,7 +93,14 @@ class EmrEngine:
                 "--conf",
                 "spark.pyspark.driver.python=./environment/bin/python",
             ]
-        args += [*self.spark_submit_args, staged.script_uri, "--spec", staged.spec_uri, "--code", staged.code_uri]
+        args += [
+            *self.spark_submit_args,
+            staged.script_uri,
+            "--spec",
+            staged.spec_uri,
+            "--code",
+            staged.code_uri,
+        ]
         return {
             "Name": staged.spec.identity.job_name,
             "ActionOnFailure": "CONTINUE" if self.cluster_id else "TERMINATE_CLUSTER",

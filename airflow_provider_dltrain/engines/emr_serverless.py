@@ -140,7 +140,9 @@ class EmrServerlessEngine:
         return None
 
     def poll(self, handle: JobHandle) -> JobStatus:
-        run = self.es.get_job_run(applicationId=handle.ids["application_id"], jobRunId=handle.ids["job_run_id"])
+        run = self.es.get_job_run(
+            applicationId=handle.ids["application_id"], jobRunId=handle.ids["job_run_id"]
+        )
         raw = run["jobRun"]["state"]
         return JobStatus(STATES.get(raw, RUNNING), raw, run["jobRun"].get("stateDetails", ""))
 

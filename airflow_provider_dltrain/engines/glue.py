@@ -179,7 +179,9 @@ class GlueEngine:
         return JobStatus(STATES.get(raw, RUNNING), raw, run.get("ErrorMessage", ""))
 
     def cancel(self, handle: JobHandle) -> None:
-        out = self.glue.batch_stop_job_run(JobName=handle.ids["job_name"], JobRunIds=[handle.ids["job_run_id"]])
+        out = self.glue.batch_stop_job_run(
+            JobName=handle.ids["job_name"], JobRunIds=[handle.ids["job_run_id"]]
+        )
         for error in out.get("Errors", []):
             log.info("stop of %s: %s", handle.ids, error.get("ErrorDetail", {}).get("ErrorMessage"))
 
@@ -189,5 +191,7 @@ class GlueEngine:
     def result(self, handle: JobHandle) -> dict[str, Any]:
         data = self.stager.result(handle.result_uri)
         if data is None:
-            raise JobFailedError(f"glue job run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}")
+            raise JobFailedError(
+                f"glue job run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
+            )
         return data

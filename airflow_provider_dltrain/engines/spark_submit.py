@@ -80,7 +80,9 @@ class SparkSubmitEngine:
         if not master:
             raise InvalidSpecError("spark_submit needs master, e.g. 'spark://host:7077' or 'yarn'")
         if deploy_mode != "client":
-            raise InvalidSpecError("spark_submit supports deploy_mode='client' (the driver reports its result)")
+            raise InvalidSpecError(
+                "spark_submit supports deploy_mode='client' (the driver reports its result)"
+            )
         needs_s3 = staging_uri.startswith("s3")
         self.stager = Stager(staging_uri, clients("s3") if needs_s3 else None)
         self.master = master

@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 StorageResolver = Callable[[str], StorageOptions | None]
 
 
-
 @dataclass(frozen=True)
 class DeltaWriteOptions:
     """How the transform's output is written.
@@ -140,6 +139,7 @@ def _run_score(
     from airflow_provider_dltrain.inference import score_table
     from airflow_provider_dltrain.inference.model import ScoringModel
     from airflow_provider_dltrain.lake.ref import DeltaRef
+
     p = spec.params
     model = p["model"]
     ref = DeltaRef.coerce(dict(p["input"]))

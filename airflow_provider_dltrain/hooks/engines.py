@@ -27,7 +27,9 @@ class EngineHook:
         if service not in self._clients:
             from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-            hook = AwsBaseHook(aws_conn_id=self.aws_conn_id, client_type=service, region_name=self.region_name)
+            hook = AwsBaseHook(
+                aws_conn_id=self.aws_conn_id, client_type=service, region_name=self.region_name
+            )
             self._clients[service] = hook.conn
         return self._clients[service]
 

@@ -75,7 +75,13 @@ def filesystem(uri: str, options: StorageOptions | None = None) -> tuple[pafs.Fi
     if not is_remote(uri):
         return pafs.LocalFileSystem(), uri
     opts = options or {}
-    endpoint = opts.get("AWS_ENDPOINT_URL") or opts.get("AWS_ENDPOINT")
+    # Without options (a cloud job using its role) the endpoint comes from the environment, as it
+    # does for boto3 and delta-rs; pyarrow alone does not read AWS_ENDPOINT_URL.
+    endpoint = (
+        opts.get("AWS_ENDPOINT_URL")
+        or opts.get("AWS_ENDPOINT")
+        or (None if options else os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    )
     kwargs: dict[str, object] = {
         "access_key": opts.get("AWS_ACCESS_KEY_ID"),
         "secret_key": opts.get("AWS_SECRET_ACCESS_KEY"),

@@ -116,7 +116,9 @@ class EngineRun:
                     on_status=lambda s: self.log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
                 )
             elif event.get("state") == "ERROR":
-                raise RuntimeError(f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}")
+                raise RuntimeError(
+                    f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}"
+                )
             else:
                 status = JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
             return outcome(engine, handle, status)

@@ -177,4 +177,3 @@ class SparkToDeltaOperator(EngineRun, BaseOperator):
         for outlet in self.outlets or []:
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
-
