@@ -17,7 +17,7 @@ from airflow_provider_dltrain.operators.spark import DeltaWriteOptions, SparkToD
 
 DS = "{{ data_interval_start | ds }}"
 DIGITS = paths.table("digits")
-DIGITS_ASSET = Asset(name="dltrain_digits", uri=f"file://{DIGITS}")
+DIGITS_ASSET = Asset(name="dltrain_digits", uri=paths.asset_uri(DIGITS))
 
 with DAG(
     dag_id="dltrain_ingest",
@@ -43,5 +43,8 @@ with DAG(
             "labels": {"path": f"{paths.landing()}/{DS}/labels.csv", "format": "csv"},
         },
         write=DeltaWriteOptions(max_bad_fraction=0.05, num_files=2),
+        engine=paths.engine(),
+        engine_options=paths.engine_options(),
+        aws_conn_id=paths.aws_conn_id(),
         outlets=[DIGITS_ASSET],
     )

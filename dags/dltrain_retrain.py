@@ -53,7 +53,7 @@ with DAG(
         table_uri=DIGITS,
         partition={"ds": DS},
         pin="cutoff",
-        aws_conn_id=None,
+        aws_conn_id=paths.aws_conn_id(),
         poke_interval=60,
         timeout=6 * 3600,
         mode="reschedule",
@@ -69,6 +69,7 @@ with DAG(
         backend_options={"num_processes": 2},
         experiment_name=MODEL,
         skip_if_unchanged=MODEL,
+        aws_conn_id=paths.aws_conn_id(),
     )
     registered = RegisterModelOperator(
         task_id="register",
@@ -79,6 +80,7 @@ with DAG(
         min_delta=0.0,
         data_cutoff=DS,
         evaluate_fn="airflow_provider_dltrain.demo.digits_model:evaluate_model",
+        aws_conn_id=paths.aws_conn_id(),
     )
     scored = SparkBatchInferenceOperator(
         task_id="score",
@@ -89,8 +91,13 @@ with DAG(
         partition={"ds": DS},
         scoring={"feature_columns": ["features"], "key_columns": ["source_file", "label"]},
         trigger_rule="none_failed",
-        outlets=[Asset(name="dltrain_digit_predictions", uri=f"file://{PREDICTIONS}")],
+        outlets=[Asset(name="dltrain_digit_predictions", uri=paths.asset_uri(PREDICTIONS))],
+        engine=paths.engine(),
+        engine_options=paths.engine_options(),
+        aws_conn_id=paths.aws_conn_id(),
     )
-    lineage = DeltaLineageOperator(task_id="lineage", table_uri=PREDICTIONS, version=scored.output)
+    lineage = DeltaLineageOperator(
+        task_id="lineage", table_uri=PREDICTIONS, version=scored.output, aws_conn_id=paths.aws_conn_id()
+    )
 
     pinned >> trained >> registered >> scored >> lineage
