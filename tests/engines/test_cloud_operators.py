@@ -108,3 +108,143 @@ def test_cloud_engine_commits_the_partition_and_returns_the_delta_ref(cloud, eng
     ]
     history = table.history()[0]
     assert history["airflow.dag_id"] == "cloud_dag" and history["airflow.task_id"] == op.task_id
+
+
+def _table_exists(cloud, engine):
+    s3 = aws_client("s3", cloud["endpoint"])
+    listed = s3.list_objects_v2(Bucket=cloud["bucket"], Prefix=f"lake/t_{engine}/_delta_log/")
+    return bool(listed.get("KeyCount"))
+
+
+@pytest.mark.parametrize("engine", ["glue", "emr_serverless"])
+def test_a_failing_job_fails_the_task_with_the_jobs_message_and_commits_nothing(cloud, engine):
+    from airflow_provider_dltrain.engines import JobFailedError
+
+    op = _operator(cloud, engine, transform="etl_jobs:broken", transform_params={"why": "column x is text"})
+    with pytest.raises(JobFailedError, match="transform refused the input: column x is text"):
+        op.execute(_context(op.task_id))
+    assert not _table_exists(cloud, engine)
+
+
+def test_a_bad_write_option_fails_before_any_job_is_submitted(cloud):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    glue = aws_client("glue", cloud["endpoint"])
+
+    def runs():
+        return sum(len(glue.get_job_runs(JobName=j["Name"])["JobRuns"]) for j in glue.get_jobs()["Jobs"])
+
+    before = runs()
+    op = _operator(cloud, "glue", write={"max_bad_fraktion": 0.1})
+    with pytest.raises(AirflowFailException, match="max_bad_fraktion"):
+        op.execute(_context(op.task_id))
+    assert runs() == before
+
+
+def _running(cloud, engine, op):
+    """Wait until the operator's job is running on the service."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = op._job
+        if job is not None and job[0].poll(job[1]).raw in {"RUNNING"}:
+            return job[1]
+        time.sleep(0.2)
+    raise AssertionError(f"{engine} job never ran")
+
+
+@pytest.mark.parametrize("engine", ["glue", "emr", "emr_serverless"])
+def test_killing_the_task_cancels_the_job_and_terminates_the_transient_cluster(cloud, engine):
+    op = _operator(cloud, engine, transform="etl_jobs:slow", transform_params={"seconds": 120})
+    errors = []
+
+    def execute():
+        try:
+            op.execute(_context(op.task_id))
+        except Exception as err:
+            errors.append(err)
+
+    worker = threading.Thread(target=execute)
+    worker.start()
+    handle = _running(cloud, engine, op)
+    op.on_kill()
+    worker.join(60)
+    assert not worker.is_alive() and errors, "the task kept waiting after on_kill"
+    assert "cancelled" in str(errors[0]) or "CANCELLED" in str(errors[0]) or "STOPPED" in str(errors[0])
+    assert not _table_exists(cloud, engine)
+    if engine == "emr":
+        emr = aws_client("emr", cloud["endpoint"])
+        state = emr.describe_cluster(ClusterId=handle.ids["cluster_id"])["Cluster"]["Status"]["State"]
+        assert state.startswith("TERMINAT")
+    # aws_leak_check: no cluster or job run is left alive
+
+
+@pytest.mark.parametrize("engine", ["glue", "emr", "emr_serverless"])
+def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job(cloud, engine):
+    """Try 1 submits and its worker dies (no finally runs); try 2 finds the job and waits for it."""
+    from airflow_provider_dltrain.operators.engine_run import EngineRun
+
+    def jobs():
+        if engine == "glue":
+            glue = aws_client("glue", cloud["endpoint"])
+            return sum(len(glue.get_job_runs(JobName=j["Name"])["JobRuns"]) for j in glue.get_jobs()["Jobs"])
+        if engine == "emr":
+            return len(aws_client("emr", cloud["endpoint"]).list_clusters()["Clusters"])
+        es = aws_client("emr-serverless", cloud["endpoint"])
+        try:
+            return len(es.list_job_runs(applicationId=cloud["app"])["jobRuns"])
+        except es.exceptions.ResourceNotFoundException:  # moto: an application with no run yet
+            return 0
+
+    before = jobs()
+    first = _operator(cloud, engine, transform="etl_jobs:slow", transform_params={"seconds": 4})
+
+    class WorkerDied(BaseException):
+        pass
+
+    def crash(self, engine_, handle, event):
+        raise WorkerDied()
+
+    with mock.patch.object(EngineRun, "_finish", crash), pytest.raises(WorkerDied):
+        first.execute(_context(first.task_id, try_number=1))
+
+    second = _operator(cloud, engine, transform="etl_jobs:slow", transform_params={"seconds": 4})
+    result = second.execute(_context(second.task_id, try_number=2))
+    assert result["rows_written"] == 3 and result["version"] == 0
+    assert second._job is None
+    assert jobs() == before + 1  # one job for the task instance, whatever the number of tries
+
+
+def test_deferrable_waits_in_the_triggerer_and_resumes_with_the_result(cloud):
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _operator(cloud, "emr", deferrable=True)
+    context = _context(op.task_id)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    trigger = deferred.value.trigger
+    kwargs = trigger.serialize()[1]
+    assert "testing" not in json.dumps(kwargs)  # connection id only, never credentials
+    assert kwargs["aws_conn_id"] == CONN
+
+    async def first_event():
+        return await anext(trigger.run())
+
+    event = asyncio.run(first_event())
+    assert event.payload["state"] == "SUCCEEDED"
+    result = getattr(op, deferred.value.method_name)(context, event.payload)
+    assert result["rows_written"] == 3
+    # the transient cluster was torn down when the task resumed (aws_leak_check)
+
+
+def test_console_link_points_at_the_job(cloud):
+    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
+
+    op = _operator(cloud, "glue")
+    context = _context(op.task_id)
+    op.execute(context)
+    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in context["ti"].xcom_push.call_args_list}
+    url = pushed[XCOM_JOB]["console_url"]
+    assert url.startswith("https://us-east-1.console.aws.amazon.com/gluestudio/")
+    assert pushed[XCOM_JOB]["ids"]["job_run_id"] in url

@@ -119,3 +119,34 @@ def install(ex: LocalCloudExecutor) -> None:
 
     GlueResponse.batch_stop_job_run = batch_stop_job_run
     ex.scanners.append(scan)
+    _add_update_job()
+
+
+# UpdateJob fields → FakeJob attributes (moto 5.2.5 has no UpdateJob at all).
+_UPDATABLE = {
+    "Description": "description",
+    "Role": "role",
+    "ExecutionProperty": "execution_property",
+    "Command": "command",
+    "DefaultArguments": "default_arguments",
+    "NonOverridableArguments": "non_overridable_arguments",
+    "MaxRetries": "max_retries",
+    "Timeout": "timeout",
+    "MaxCapacity": "max_capacity",
+    "GlueVersion": "glue_version",
+    "NumberOfWorkers": "number_of_workers",
+    "WorkerType": "worker_type",
+}
+
+
+def _add_update_job() -> None:
+    def update_job(self: GlueResponse) -> ActionResult:
+        name = self._get_param("JobName")
+        job = self.glue_backend.get_job(name)  # EntityNotFoundException for an unknown job
+        update = self._get_param("JobUpdate") or {}
+        # Real Glue replaces the whole definition: fields left out of JobUpdate are reset.
+        for field, attr in _UPDATABLE.items():
+            setattr(job, attr, update.get(field, {} if field.endswith("Arguments") else None))
+        return ActionResult({"JobName": name})
+
+    GlueResponse.update_job = update_job
