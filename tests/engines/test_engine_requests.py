@@ -1,0 +1,205 @@
+"""What each adapter asks the service for (the exact requests), the spec's JSON contract, and the entry
+point run as a plain process against S3 with the arguments Glue adds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from engine_helpers import aws_client
+
+from airflow_provider_dltrain.engines import RunIdentity, RunSpec, get_engine
+from airflow_provider_dltrain.engines.base import StagedRun
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+ID = RunIdentity(dag_id="nightly", run_id="scheduled__2026-11-28", task_id="ingest", try_number=2)
+SPEC = RunSpec(
+    stage="etl",
+    table_uri="s3://lake/t",
+    partition={"ds": "2026-11-28"},
+    params={"transform": "etl_jobs:double", "inputs": {}, "transform_params": {}, "write": {}},
+    identity=ID,
+)
+STAGED = StagedRun(
+    SPEC,
+    "s3://b/st/runs/k/2/spec.json",
+    "s3://b/st/code/job.py",
+    "s3://b/st/code/c.zip",
+    "s3://b/st/runs/k/2/result.json",
+)
+
+
+def _clients(service):
+    return aws_client(service, "http://127.0.0.1:9")  # never called by the request builders
+
+
+def test_spec_round_trips_as_json_and_refuses_another_version_or_a_callable():
+    assert RunSpec.from_json(SPEC.to_json()) == SPEC
+    data = json.loads(SPEC.to_json())
+    with pytest.raises(InvalidSpecError, match="same version on both"):
+        RunSpec.from_json(json.dumps({**data, "version": 99}))
+    with pytest.raises(InvalidSpecError, match="package.module:function"):
+        RunSpec(**{**SPEC.__dict__, "params": {"transform": len}}).to_json()
+    assert ID.task_key == RunIdentity(**{**ID.__dict__, "try_number": 5}).task_key
+    assert ID.job_name == f"dltrain-ingest-{ID.task_key}-t2"
+
+
+def test_glue_job_definition_and_run_arguments():
+    engine = get_engine("glue", _clients, {"staging_uri": "s3://b/st", "role": "GlueRole"})
+    definition = engine.job_definition(STAGED)
+    assert definition["Command"] == {
+        "Name": "glueetl",
+        "ScriptLocation": "s3://b/st/code/job.py",
+        "PythonVersion": "3",
+    }
+    assert definition["DefaultArguments"]["--additional-python-modules"] == "deltalake==1.6.6,tenacity>=9"
+    assert definition["GlueVersion"] == "5.0" and definition["ExecutionProperty"] == {"MaxConcurrentRuns": 16}
+
+
+def test_emr_step_runs_the_script_through_spark_submit_with_the_venv_archive():
+    engine = get_engine(
+        "emr",
+        _clients,
+        {"staging_uri": "s3://b/st", "cluster_id": "j-1", "venv_archive_uri": "s3://b/venv.tar.gz"},
+    )
+    step = engine.step(STAGED)
+    assert step["ActionOnFailure"] == "CONTINUE"  # a failing date never kills a shared cluster
+    assert step["HadoopJarStep"] == {
+        "Jar": "command-runner.jar",
+        "Args": [
+            "spark-submit",
+            "--deploy-mode",
+            "client",
+            "--archives",
+            "s3://b/venv.tar.gz#environment",
+            "--conf",
+            "spark.pyspark.python=./environment/bin/python",
+            "--conf",
+            "spark.pyspark.driver.python=./environment/bin/python",
+            "s3://b/st/code/job.py",
+            "--spec",
+            STAGED.spec_uri,
+            "--code",
+            STAGED.code_uri,
+        ],
+    }
+    transient = get_engine(
+        "emr", _clients, {"staging_uri": "s3://b/st", "job_flow": {"ReleaseLabel": "emr-7.5.0"}}
+    )
+    assert transient.step(STAGED)["ActionOnFailure"] == "TERMINATE_CLUSTER"
+
+
+def test_emr_serverless_request():
+    engine = get_engine(
+        "emr_serverless",
+        _clients,
+        {
+            "staging_uri": "s3://b/st",
+            "application_id": "app1",
+            "execution_role_arn": "arn:aws:iam::1:role/R",
+            "log_uri": "s3://b/logs",
+        },
+    )
+    request = engine.request(STAGED)
+    assert request["jobDriver"] == {
+        "sparkSubmit": {
+            "entryPoint": STAGED.script_uri,
+            "entryPointArguments": ["--spec", STAGED.spec_uri, "--code", STAGED.code_uri],
+        }
+    }
+    assert request["name"] == ID.job_name and request["tags"]["dltrain:run_id"] == ID.run_id
+    assert request["configurationOverrides"]["monitoringConfiguration"]["s3MonitoringConfiguration"] == {
+        "logUri": "s3://b/logs"
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "match"),
+    [
+        ("glue", {"staging_uri": "s3://b"}, "role"),
+        ("emr", {"staging_uri": "s3://b"}, "cluster_id"),
+        ("emr_serverless", {"staging_uri": "s3://b", "application_id": "a"}, "execution_role_arn"),
+        ("glue", {"staging_uri": "s3://b", "role": "R", "workers": 3}, "do not fit engine 'glue'"),
+        ("glue", {"staging_uri": "", "role": "R"}, "staging_uri is required"),
+        ("dataproc", {}, "not available"),
+    ],
+)
+def test_bad_engine_options_name_what_is_missing(name, options, match):
+    with pytest.raises(InvalidSpecError, match=match):
+        get_engine(name, _clients, options)
+
+
+def test_code_bundle_is_deterministic_and_holds_the_provider_and_the_transform_module():
+    import io
+    import zipfile
+
+    from airflow_provider_dltrain.engines.staging import code_bundle
+
+    first, second = code_bundle(["etl_jobs"]), code_bundle(["etl_jobs"])
+    assert first == second
+    names = zipfile.ZipFile(io.BytesIO(first)).namelist()
+    assert "etl_jobs.py" in names and "airflow_provider_dltrain/engines/entry.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(fake_aws, tmp_path):
+    """The data plane alone: the staged script, S3 via environment only, unknown arguments tolerated."""
+    from airflow_provider_dltrain.engines.staging import Stager
+
+    bucket = f"entry-{uuid.uuid4().hex[:8]}"
+    s3 = aws_client("s3", fake_aws)
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="in/raw.csv", Body=b"id,x\n1,2.0\n")
+    spec = RunSpec(
+        stage="etl",
+        table_uri=f"s3://{bucket}/t",
+        partition={"ds": "2026-11-28"},
+        params={
+            "transform": "etl_jobs:double",
+            "inputs": {
+                "raw": {"path": f"s3://{bucket}/in/raw.csv", "format": "csv", "options": {"header": "true"}}
+            },
+        },
+        identity=ID,
+    )
+    staged = Stager(f"s3://{bucket}/st", s3).stage(spec)
+    script = tmp_path / "job.py"
+    script.write_bytes(s3.get_object(Bucket=bucket, Key=staged.script_uri.split("/", 3)[3])["Body"].read())
+    env = {
+        **{k: v for k, v in __import__("os").environ.items() if not k.startswith("AWS_")},
+        "AWS_ENDPOINT_URL": fake_aws,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PYTHONPATH": str(Path.cwd()),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--JOB_ID",
+            "j_1",
+            "--spec",
+            staged.spec_uri,
+            "--code",
+            staged.code_uri,
+            "--job-bookmark-option",
+            "job-bookmark-disable",
+            "--TempDir",
+            "s3://x/tmp",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(s3.get_object(Bucket=bucket, Key=staged.result_uri.split("/", 3)[3])["Body"].read())
+    assert result["version"] == 0 and result["rows_written"] == 1 and result["uri"] == f"s3://{bucket}/t"
+    assert "ignoring arguments added by the service" in out.stderr
