@@ -42,7 +42,7 @@ def test_spec_round_trips_as_json_and_refuses_another_version_or_a_callable():
     data = json.loads(SPEC.to_json())
     with pytest.raises(InvalidSpecError, match="same version on both"):
         RunSpec.from_json(json.dumps({**data, "version": 99}))
-    with pytest.raises(InvalidSpecError, match="package.module:function"):
+    with pytest.raises(InvalidSpecError, match=r"package\.module:function"):
         RunSpec(**{**SPEC.__dict__, "params": {"transform": len}}).to_json()
     assert ID.task_key == RunIdentity(**{**ID.__dict__, "try_number": 5}).task_key
     assert ID.job_name == f"dltrain-ingest-{ID.task_key}-t2"
