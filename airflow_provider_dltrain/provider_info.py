@@ -41,5 +41,8 @@ PROVIDER_INFO: dict = {
             },
         }
     ],
-    "extra-links": ["airflow_provider_dltrain.operators.training.MlflowRunLink"],
+    "extra-links": [
+        "airflow_provider_dltrain.operators.training.MlflowRunLink",
+        "airflow_provider_dltrain.operators.engine_run.EngineJobLink",
+    ],
 }

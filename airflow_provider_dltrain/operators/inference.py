@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
     from airflow_provider_dltrain.engines import RunSpec
     from airflow_provider_dltrain.inference.model import ScoringModel
-
     from airflow_provider_dltrain.inference.spec import ScoringSpec
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig

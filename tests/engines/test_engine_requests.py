@@ -203,3 +203,20 @@ def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(f
     result = json.loads(s3.get_object(Bucket=bucket, Key=staged.result_uri.split("/", 3)[3])["Body"].read())
     assert result["version"] == 0 and result["rows_written"] == 1 and result["uri"] == f"s3://{bucket}/t"
     assert "ignoring arguments added by the service" in out.stderr
+
+
+def test_engine_trigger_reports_an_error_event_instead_of_dying():
+    import asyncio
+
+    from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
+
+    trigger = EngineJobTrigger(
+        engine="glue",
+        handle={"engine": "glue", "ids": {"job_name": "j", "job_run_id": "r"}, "result_uri": "s3://b/r.json"},
+        engine_options={"staging_uri": "s3://b/st"},  # no role: the adapter refuses to build
+        aws_conn_id=None,
+        region_name="us-east-1",
+    )
+    event = asyncio.run(anext(trigger.run()))
+    assert event.payload["state"] == "ERROR" and "role" in event.payload["message"]
+    assert event.payload["handle"]["ids"]["job_run_id"] == "r"

@@ -17,30 +17,52 @@ def _first_event(trigger: DeltaTableVersionTrigger, timeout: float = 30.0):
     return asyncio.run(first())
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"table_uri": "/data/events"},
-        {
-            "table_uri": "s3://lake/events",
-            "min_version": 3,
-            "partition": {"ds": "2026-11-28"},
-            "newer_than": {"uri": "s3://lake/events", "version": 2, "timestamp": "2026-11-28T02:00:00+00:00"},
-            "aws_conn_id": "aws_lake",
-            "poll_interval": 5.0,
-        },
-    ],
-    ids=["defaults", "every-condition"],
-)
-def test_trigger_survives_serialize_deserialize_round_trip(kwargs):
-    trigger = DeltaTableVersionTrigger(**kwargs)
+ENGINE_JOB = {
+    "engine": "emr",
+    "handle": {
+        "engine": "emr",
+        "ids": {"cluster_id": "j-1", "step_id": "s-1"},
+        "result_uri": "s3://b/r.json",
+    },
+    "engine_options": {"staging_uri": "s3://b/st", "cluster_id": "j-1"},
+    "aws_conn_id": "aws_lake",
+    "region_name": "eu-west-1",
+    "poll_interval": 5.0,
+}
 
-    classpath, serialized = trigger.serialize()
+
+@pytest.mark.parametrize(
+    ("classpath", "kwargs"),
+    [
+        ("airflow_provider_dltrain.triggers.delta.DeltaTableVersionTrigger", {"table_uri": "/data/events"}),
+        (
+            "airflow_provider_dltrain.triggers.delta.DeltaTableVersionTrigger",
+            {
+                "table_uri": "s3://lake/events",
+                "min_version": 3,
+                "partition": {"ds": "2026-11-28"},
+                "newer_than": {
+                    "uri": "s3://lake/events",
+                    "version": 2,
+                    "timestamp": "2026-11-28T02:00:00+00:00",
+                },
+                "aws_conn_id": "aws_lake",
+                "poll_interval": 5.0,
+            },
+        ),
+        ("airflow_provider_dltrain.triggers.engines.EngineJobTrigger", ENGINE_JOB),
+    ],
+    ids=["delta-defaults", "delta-every-condition", "engine-job"],
+)
+def test_every_trigger_survives_serialize_deserialize_round_trip(classpath, kwargs):
     module, _, name = classpath.rpartition(".")
+    trigger = getattr(importlib.import_module(module), name)(**kwargs)
+
+    serialized_path, serialized = trigger.serialize()
     rebuilt = getattr(importlib.import_module(module), name)(**serialized)
 
-    assert rebuilt.serialize() == (classpath, serialized)
-    assert classpath == "airflow_provider_dltrain.triggers.delta.DeltaTableVersionTrigger"
+    assert rebuilt.serialize() == (serialized_path, serialized)
+    assert serialized_path == classpath
     assert {k: serialized[k] for k in kwargs} == kwargs
 
 
