@@ -109,12 +109,18 @@ class EngineRun:
 
         try:
             if event is None:
-                status = wait(
-                    engine,
-                    handle,
-                    poll_interval=self.poll_interval,
-                    on_status=lambda s: self.log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
-                )
+                try:
+                    status = wait(
+                        engine,
+                        handle,
+                        poll_interval=self.poll_interval,
+                        on_status=lambda s: self.log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
+                    )
+                except BaseException:
+                    # execution_timeout or a kill interrupted the wait: the job must not outlive the try
+                    # (on_kill runs after this block has already forgotten the job).
+                    self._cancel_quietly(engine, handle)
+                    raise
             elif event.get("state") == "ERROR":
                 raise RuntimeError(
                     f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}"
@@ -131,6 +137,13 @@ class EngineRun:
 
         handle = JobHandle.from_dict(event["handle"])
         return self._finish(self._engine(), handle, event)
+
+    def _cancel_quietly(self, engine: Engine, handle: JobHandle) -> None:
+        try:
+            self.log.info("cancelling %s job %s", engine.name, handle.ids)
+            engine.cancel(handle)
+        except Exception as err:  # the original interruption is what the task reports
+            self.log.warning("could not cancel %s job %s: %s", engine.name, handle.ids, err)
 
     def kill_job(self) -> None:
         """Cancel the running job and tear down what it created (``on_kill``)."""

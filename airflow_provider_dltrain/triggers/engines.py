@@ -47,12 +47,32 @@ class EngineJobTrigger(BaseTrigger):
             },
         )
 
-    def _poll(self) -> Any:
-        from airflow_provider_dltrain.engines import JobHandle
+    def _engine(self) -> Any:
         from airflow_provider_dltrain.hooks.engines import EngineHook
 
-        engine = EngineHook(self.aws_conn_id, self.region_name).get_engine(self.engine, self.engine_options)
-        return engine.poll(JobHandle.from_dict(self.handle))
+        return EngineHook(self.aws_conn_id, self.region_name).get_engine(self.engine, self.engine_options)
+
+    def _poll(self) -> Any:
+        from airflow_provider_dltrain.engines import JobHandle
+
+        return self._engine().poll(JobHandle.from_dict(self.handle))
+
+    def _kill(self) -> None:
+        from airflow_provider_dltrain.engines import JobHandle
+
+        engine, handle = self._engine(), JobHandle.from_dict(self.handle)
+        try:
+            engine.cancel(handle)
+        finally:
+            engine.teardown(handle)
+
+    async def on_kill(self) -> None:
+        """The deferred task was marked failed or cleared: cancel the job, remove its cluster.
+
+        Not ``cleanup``: that also runs when a triggerer restarts, and the job must survive that.
+        """
+        self.log.info("cancelling %s job %s", self.engine, self.handle.get("ids"))
+        await asyncio.to_thread(self._kill)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

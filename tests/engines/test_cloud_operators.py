@@ -248,3 +248,46 @@ def test_console_link_points_at_the_job(cloud):
     url = pushed[XCOM_JOB]["console_url"]
     assert url.startswith("https://us-east-1.console.aws.amazon.com/gluestudio/")
     assert pushed[XCOM_JOB]["ids"]["job_run_id"] in url
+
+
+def test_killing_a_deferred_task_cancels_its_job_from_the_triggerer(cloud):
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _operator(
+        cloud, "emr", transform="etl_jobs:slow", transform_params={"seconds": 120}, deferrable=True
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(_context(op.task_id))
+    trigger = deferred.value.trigger
+    handle = op._job[1]
+    deadline = time.monotonic() + 60
+    while op._job[0].poll(handle).raw != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    asyncio.run(trigger.on_kill())
+    emr = aws_client("emr", cloud["endpoint"])
+    state = emr.describe_cluster(ClusterId=handle.ids["cluster_id"])["Cluster"]["Status"]["State"]
+    assert state.startswith("TERMINAT")
+    assert not _table_exists(cloud, "emr")
+
+
+def test_execution_timeout_during_the_wait_cancels_the_job(cloud):
+    from airflow_provider_dltrain.engines import base
+
+    op = _operator(cloud, "glue", transform="etl_jobs:slow", transform_params={"seconds": 120})
+    real_wait = base.wait
+
+    class TaskTimeout(BaseException):  # what Airflow's execution_timeout raises into the task
+        pass
+
+    def wait_then_time_out(engine, handle, **kwargs):
+        deadline = time.monotonic() + 60
+        while engine.poll(handle).raw != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise TaskTimeout()
+
+    with mock.patch("airflow_provider_dltrain.engines.wait", wait_then_time_out), pytest.raises(TaskTimeout):
+        op.execute(_context(op.task_id))
+    assert real_wait is base.wait
+    # aws_leak_check: the Glue run was stopped, not left running
