@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept --retention-hours below the table's retention (only when no write is running)",
     )
     vacuum.set_defaults(func=cmd_vacuum)
+    from airflow_provider_dltrain.reap_command import add_reap_parser
+
+    add_reap_parser(sub)
     return parser
 
 

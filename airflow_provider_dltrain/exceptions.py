@@ -57,6 +57,10 @@ class CommitConflictError(DltrainTransientError):
     """A concurrent writer changed the same partition; this attempt committed nothing."""
 
 
+class ReapFailedError(DltrainTransientError):
+    """Some leaked cloud resources could not be stopped; the message lists them and the service's errors."""
+
+
 class TrainingFailedError(DltrainError):
     """A training worker failed; the message carries the failing rank's traceback."""
 

@@ -3,7 +3,9 @@
 The job's script is ``job_script.py`` on S3; deltalake and pyarrow come through
 ``--additional-python-modules`` and the provider plus the user's transform module arrive as the code
 bundle the script puts on ``sys.path``. A run carries ``--dltrain-task-key`` so a retry of the task
-finds the run an earlier try left running instead of starting a second one.
+finds the run an earlier try left running instead of starting a second one, and the rest of its
+task's identity (``--dltrain-run-id``, ``--dltrain-dag-id``, …) so ``dltrain reap`` can ask whether
+that task still runs.
 """
 
 from __future__ import annotations
@@ -143,7 +145,11 @@ class GlueEngine:
                 "--spec": staged.spec_uri,
                 "--code": staged.code_uri,
                 "--dltrain-task-key": identity.task_key,
+                # The whole identity, for ``dltrain reap``: a job may be shared (``job_name``) or mapped.
                 "--dltrain-run-id": identity.run_id,
+                "--dltrain-dag-id": identity.dag_id,
+                "--dltrain-task-id": identity.task_id,
+                "--dltrain-map-index": str(identity.map_index),
             },
         )
         return self._handle(name, run["JobRunId"], staged.result_uri)

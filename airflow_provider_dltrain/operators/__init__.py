@@ -12,6 +12,7 @@ _EXPORTS = {
     "RegisterModelOperator": "airflow_provider_dltrain.operators.registry",
     "SparkBatchInferenceOperator": "airflow_provider_dltrain.operators.inference",
     "DeltaLineageOperator": "airflow_provider_dltrain.operators.lineage",
+    "DltrainReapOperator": "airflow_provider_dltrain.operators.reaper",
 }
 
 __all__ = sorted(_EXPORTS)
