@@ -5,6 +5,7 @@ EMR and EMR Serverless) until the code bundle named by ``--code`` is on ``sys.pa
 over to :func:`airflow_provider_dltrain.engines.entry.main`.
 """
 
+import atexit
 import os
 import shutil
 import sys
@@ -35,6 +36,10 @@ def _code_uris(argv):
 
 def run(argv):
     directory = tempfile.mkdtemp(prefix="dltrain-code-")
+    # spark_submit runs this on the Airflow worker, run after run: leave no copy of the bundle behind.
+    # Registered before anything is imported from it, so it runs after every exit hook registered
+    # later (last in, first out).
+    atexit.register(shutil.rmtree, directory, True)
     paths = [_fetch(uri, directory) for uri in _code_uris(argv)]
     sys.path[:0] = paths  # the bundle wins over any installed copy: the job runs the staged code
     from airflow_provider_dltrain.engines.entry import main

@@ -41,19 +41,41 @@ def spark_submit_path() -> str:
     return os.path.join(home, "bin", "spark-submit")
 
 
-def _alive(pid: int) -> bool:
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name; ``None`` without procfs."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, names one process for good."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A finished child that nobody waited for is a zombie: gone for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
+    fields = _proc_stat(pid)
+    if fields is None:
         return True
+    # A finished child that nobody waited for is a zombie: gone for our purposes. A pid reused by
+    # another process since (a retry hours later on a busy worker) is not our job either: attaching
+    # to it would wait on an unrelated process, with the job's result already written.
+    if started is not None and len(fields) > 19 and fields[19] != started:
+        return False
+    return fields[0] != "Z"
+
+
+def _running(handle: JobHandle) -> bool:
+    return _alive(int(handle.ids["pid"]), handle.ids.get("started"))
 
 
 class SparkSubmitEngine:
@@ -122,7 +144,12 @@ class SparkSubmitEngine:
             proc = subprocess.Popen(
                 self.command(staged), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        ids = {"pid": proc.pid, "host": socket.gethostname(), "log": log_file}
+        ids = {
+            "pid": proc.pid,
+            "host": socket.gethostname(),
+            "log": log_file,
+            "started": _start_time(proc.pid),
+        }
         handle = JobHandle(self.name, ids, staged.result_uri)
         self.stager.put(self._active_uri(staged.spec.identity), json.dumps(handle.to_dict()).encode())
         return handle
@@ -132,23 +159,23 @@ class SparkSubmitEngine:
         if raw is None:
             return None
         handle = JobHandle.from_dict(json.loads(raw))
-        if handle.ids.get("host") != socket.gethostname() or not _alive(int(handle.ids["pid"])):
+        if handle.ids.get("host") != socket.gethostname() or not _running(handle):
             return None
         return handle
 
     def poll(self, handle: JobHandle) -> JobStatus:
         result = self.stager.result(handle.result_uri)
-        if result is not None and not _alive(int(handle.ids["pid"])):
+        if result is not None and not _running(handle):
             if "error" in result:
                 return JobStatus(FAILED, "FAILED", str(result["error"]))
             return JobStatus(SUCCEEDED, "SUCCEEDED")
-        if _alive(int(handle.ids["pid"])):
+        if _running(handle):
             return JobStatus(RUNNING, "RUNNING")
         return JobStatus(FAILED, "EXITED", f"spark-submit ended without a result; see {handle.ids['log']}")
 
     def cancel(self, handle: JobHandle) -> None:
         pid = int(handle.ids["pid"])
-        if _alive(pid):
+        if _running(handle):
             try:
                 os.killpg(pid, signal.SIGTERM)
             except ProcessLookupError:

@@ -49,7 +49,8 @@ def spark_session(
 ) -> Any:
     """Return the active local Spark session, creating it when needed.
 
-    :param master: Spark master; default ``$DLTRAIN_SPARK_MASTER`` or ``local[*]``.
+    :param master: Spark master; default ``$DLTRAIN_SPARK_MASTER`` or ``local[*]``, or in a driver
+        that spark-submit started, the master and application name it was given.
     :param conf: extra Spark settings (they win over the defaults).
     """
     require("pyspark", "spark")
@@ -64,17 +65,19 @@ def spark_session(
         if active is not None:
             return active
         started = time.monotonic()
-        master = master or os.environ.get("DLTRAIN_SPARK_MASTER")
         base = dict(BASE_CONF)
         builder = SparkSession.builder
         if master is None and launched_by_spark_submit():
-            # spark-submit, Glue, EMR and EMR Serverless set the master; executors on other machines
-            # must reach the driver, so it must not bind to loopback.
+            # spark-submit, Glue, EMR and EMR Serverless set the master and the application's name
+            # (``--name``: what the cluster's UI lists); a builder setting would override both, and
+            # $DLTRAIN_SPARK_MASTER (the Airflow worker's in-process default, inherited by the
+            # spark-submit it starts) would turn a cluster job into a local one. Executors on other
+            # machines must reach the driver, so it must not bind to loopback either.
             for key in _LOCAL_ONLY:
                 base.pop(key)
         else:
-            builder = builder.master(master or "local[*]")
-        builder = builder.appName(app_name)
+            builder = builder.master(master or os.environ.get("DLTRAIN_SPARK_MASTER") or "local[*]")
+            builder = builder.appName(app_name)
         for key, value in {**base, **dict(conf or {})}.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()

@@ -5,6 +5,10 @@ SparkContext at a time, so ``cluster_spark`` stops whatever session is active, s
 cluster, and stops it after the last test of this package; ``spark_session()`` then starts a fresh
 local one. The session fixture ``spark`` would still hold the stopped object, so the tests of this
 package run last in any selection (``pytest_collection_modifyitems`` below).
+
+The cluster's two one-core workers are all ``cluster_spark``'s application holds while it lives, so
+an application another process submits (``engine="spark_submit"``) would get no executor and wait
+forever: this package's tests that do not use ``cluster_spark`` run before those that do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.spark_cluster import SparkCluster
 from tests.support.spark_cluster import spark_cluster as start_spark_cluster
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -34,14 +39,22 @@ CLUSTER_CONF = {
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Run this package's tests after all others: they stop the session the ``spark`` fixture holds."""
+    """Run this package's tests after all others: they stop the session the ``spark`` fixture holds.
+
+    Within the package, those without ``cluster_spark`` first: its application holds every core.
+    """
     here = Path(__file__).parent
-    items.sort(key=lambda item: here in Path(str(item.path)).parents)
+
+    def key(item: pytest.Item) -> tuple[bool, bool]:
+        ours = here in Path(str(item.path)).parents
+        return ours, ours and "cluster_spark" in getattr(item, "fixturenames", ())
+
+    items.sort(key=key)
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory) -> Iterator[str]:
-    """The master URL of a running standalone cluster with two workers of one core each."""
+def standalone_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
+    """A running standalone cluster with two workers of one core each (master URL, web UI, work dir)."""
     with start_spark_cluster(
         tmp_path_factory.mktemp("spark-cluster"),
         workers=2,
@@ -49,7 +62,13 @@ def spark_cluster(tmp_path_factory) -> Iterator[str]:
         memory="1g",
         pythonpath=[str(REPO), *HELPERS],
     ) as cluster:
-        yield cluster.master_url
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(standalone_cluster: SparkCluster) -> str:
+    """The master URL of :func:`standalone_cluster`."""
+    return standalone_cluster.master_url
 
 
 @pytest.fixture(scope="package")
