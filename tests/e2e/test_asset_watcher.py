@@ -51,7 +51,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _recorded(record: Path) -> list[int]:
-    return [int(line) for line in record.read_text().split()] if record.exists() else []
+    """The versions the DAG's runs were triggered for, in commit order (one file per run)."""
+    files = sorted(record.glob("*.txt")) if record.exists() else []
+    return sorted(int(v) for f in files for v in f.read_text().split())
 
 
 def _wait_recorded(record: Path, count: int, logs: Path, timeout: float = 150) -> list[int]:
@@ -65,7 +67,7 @@ def _wait_recorded(record: Path, count: int, logs: Path, timeout: float = 150) -
 
 
 def test_dag_on_asset_watcher_runs_once_per_committed_version_across_a_triggerer_restart(tmp_path):
-    table, record, logs = tmp_path / "events", tmp_path / "record.txt", tmp_path / "logs"
+    table, record, logs = tmp_path / "events", tmp_path / "record", tmp_path / "logs"
     env = {
         "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).parent / "watcher_dags"),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
@@ -95,6 +97,6 @@ def test_dag_on_asset_watcher_runs_once_per_committed_version_across_a_triggerer
         runs = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]
 
     assert _recorded(record) == [0, 1, 2]
-    assert len(runs) == 3
+    assert len(list(record.glob("*.txt"))) == len(runs) == 3
     assert sorted(r["state"] for r in runs) == ["success"] * 3
     assert "resuming after version 1" in (logs / "triggerer.log").read_text()

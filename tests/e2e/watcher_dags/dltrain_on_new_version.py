@@ -10,7 +10,7 @@ from airflow.sdk import Asset, AssetWatcher, dag, task
 from airflow_provider_dltrain.triggers import DeltaTableNewVersionTrigger
 
 TABLE = os.environ.get("DLTRAIN_WATCHED_TABLE", "/tmp/dltrain-watched-table")
-RECORD = os.environ.get("DLTRAIN_WATCHED_RECORD", "/tmp/dltrain-watched-record.txt")
+RECORD = os.environ.get("DLTRAIN_WATCHED_RECORD", "/tmp/dltrain-watched-record")
 
 events = Asset(
     "dltrain_watched_events",
@@ -35,9 +35,11 @@ events = Asset(
 )
 def dltrain_on_new_version():
     @task
-    def record(triggering_asset_events=None) -> list[int]:
+    def record(triggering_asset_events=None, run_id=None) -> list[int]:
+        """Write the versions this run was triggered for to one file per run (a retry rewrites it)."""
         versions = [e.extra["payload"]["version"] for e in triggering_asset_events[events]]
-        with open(RECORD, "a") as out:
+        os.makedirs(RECORD, exist_ok=True)
+        with open(os.path.join(RECORD, f"{run_id}.txt".replace(":", "_")), "w") as out:
             out.writelines(f"{v}\n" for v in versions)
         return versions
 
