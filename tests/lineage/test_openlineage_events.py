@@ -48,6 +48,7 @@ with DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2026, 11, 1), cat
         train_fn="airflow_provider_dltrain.demo.digits_model:train",
         hparams={{"epochs": 1, "batch_size": 64, "lr": 0.003, "seed": 3}},
         experiment_name={model!r},
+        data_cutoff={day!r},
     )
     registered = RegisterModelOperator(
         task_id="register", train_result=trained.output, model_name={model!r}, metric="val_accuracy", mode="max"
@@ -101,7 +102,7 @@ def chain(airflow_db, tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
         check=False,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
