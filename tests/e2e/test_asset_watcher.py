@@ -18,7 +18,7 @@ from tests.conftest import free_port
 from tests.e2e.airflow_services import AirflowApi, airflow_services, wait_for_dag
 
 DAG_ID = "dltrain_on_new_version"
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _commit(table_uri: str, n: int) -> None:
