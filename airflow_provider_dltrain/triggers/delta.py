@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from airflow_provider_dltrain.exceptions import DltrainUserError
+from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -132,7 +132,11 @@ class DeltaTableNewVersionTrigger(BaseEventTrigger):
         from airflow_provider_dltrain.hooks.delta import VersionConditions
 
         # validated here: a watcher is built while the DAG file is parsed, so errors show as import errors
-        self.table_uri = VersionConditions.parse(table_uri, from_version).table_uri
+        if from_version is not None and (
+            isinstance(from_version, bool) or not isinstance(from_version, int) or from_version < 0
+        ):
+            raise InvalidSpecError(f"from_version must be an integer >= 0 or None, got {from_version!r}")
+        self.table_uri = VersionConditions.parse(table_uri).table_uri
         self.from_version = from_version
         self.aws_conn_id = aws_conn_id
         self.poll_interval = float(poll_interval)

@@ -173,7 +173,12 @@ def test_state_key_depends_on_the_table_only():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"), [({"table_uri": " "}, "table_uri"), ({"from_version": -1}, "min_version")]
+    ("kwargs", "field"),
+    [
+        ({"table_uri": " "}, "table_uri"),
+        ({"from_version": -1}, "from_version"),
+        ({"from_version": "3"}, "from_version"),
+    ],
 )
 def test_invalid_watcher_fails_when_the_dag_is_parsed(kwargs, field):
     with pytest.raises(InvalidSpecError, match=field):
