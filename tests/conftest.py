@@ -33,6 +33,8 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# OpenLineage is installed: keep it off unless a test turns it on (tests/lineage) for its own runs
+os.environ.setdefault("AIRFLOW__OPENLINEAGE__DISABLED", "true")
 (_SESSION_HOME / "airflow").mkdir(parents=True, exist_ok=True)
 
 

@@ -217,6 +217,22 @@ class DeltaTableHook(BaseHook):
         """
         return self.check_version(table_uri, min_version, partition, newer_than).ref
 
+    def version_after(self, table_uri: str, after: int) -> tuple[VersionCheck, DeltaRef | None]:
+        """The oldest committed version above ``after`` (``None`` if there is none), with the look at the newest.
+
+        The same predicate as :meth:`check_version` (``min_version=after + 1``): the sensor asks it of
+        the newest version, the asset watcher walks the versions one by one with it.
+        """
+        from airflow_provider_dltrain.lake.log import DeltaLog
+
+        check = self.check_version(table_uri, min_version=after + 1)
+        if check.ref is None:
+            return check, None
+        if check.ref.version == after + 1:
+            return check, check.ref
+        log = DeltaLog(check.conditions.table_uri, self.get_storage_options(check.conditions.table_uri))
+        return check, log.ref(after + 1)
+
 
 def _coerce_ref(value: NewerThan) -> DeltaRef:
     """A ``DeltaRef`` from itself, its dict, its JSON, or the Python repr a Jinja template renders."""

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 ENGINES = ENGINE_NAMES
 
 
-class SparkBatchInferenceOperator(EngineRun, BaseOperator):
+class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
     """Score ``input`` (one exact Delta version) with one MLflow model version into ``partition``.
 
     The model spec is resolved once, on the driver, to one model version (an alias moving during
@@ -227,4 +228,25 @@ class SparkBatchInferenceOperator(EngineRun, BaseOperator):
         for outlet in self.outlets or []:
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
+        self._keep_for_lineage(result, input=self._input_ref().to_dict(), tracking_uri=self._tracking_uri())
         return {k: result[k] for k in ("uri", "version", "timestamp") if k in result}
+
+    def _tracking_uri(self) -> str | None:
+        try:
+            return self._tracking().tracking_uri
+        except Exception:  # lineage must never fail a task that succeeded
+            return None
+
+    def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """OpenLineage: the scored input version and the model version in, the prediction version out."""
+        from airflow_provider_dltrain.utils.openlineage import delta_dataset, registered_model_dataset
+
+        scored = result["input"]
+        inputs = [delta_dataset(scored["uri"], scored["version"])]
+        if result.get("model_name") and result.get("model_version") is not None:
+            inputs.append(
+                registered_model_dataset(
+                    result["tracking_uri"], result["model_name"], result["model_version"]
+                )
+            )
+        return inputs, [delta_dataset(result["uri"], result["version"])]

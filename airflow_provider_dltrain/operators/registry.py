@@ -11,12 +11,13 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.registry.evaluate import GateEvaluation
 
 
-class RegisterModelOperator(BaseOperator):
+class RegisterModelOperator(LineageResultMixin, BaseOperator):
     """Register ``train_result``'s model, gate it against the champion, return a ModelRef dict.
 
     With ``evaluate_fn`` the gate is fair: the new version and the champion for its cut-off are
@@ -150,7 +151,25 @@ class RegisterModelOperator(BaseOperator):
             )
         ref = outcome.to_model_ref()
         self._log_outcome(ref)
+        self._keep_for_lineage(ref, train_result=result, tracking_uri=tracking.tracking_uri)
         return ref
+
+    def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """OpenLineage: the trained model (and its data) in, the registered model version out."""
+        from airflow_provider_dltrain.utils.openlineage import (
+            delta_dataset,
+            registered_model_dataset,
+            trained_model_dataset,
+        )
+
+        trained, uri = result["train_result"], result["tracking_uri"]
+        inputs = [trained_model_dataset(uri, trained["model_uri"], trained.get("run_id"))]
+        if isinstance(trained.get("dataset"), dict):
+            inputs.append(delta_dataset(trained["dataset"]["uri"], trained["dataset"]["version"]))
+        outputs = []
+        if result.get("version") is not None:
+            outputs.append(registered_model_dataset(uri, result["name"], result["version"]))
+        return inputs, outputs
 
     def _log_outcome(self, ref: Mapping[str, Any]) -> None:
         """One task-log line: decision, reason, both gate values and their basis, where the alias is."""

@@ -11,6 +11,7 @@ from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,7 +22,7 @@ ENGINES = ENGINE_NAMES
 __all__ = ["ENGINES", "DeltaWriteOptions", "SparkToDeltaOperator"]
 
 
-class SparkToDeltaOperator(EngineRun, BaseOperator):
+class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     """Run ``transform(spark, inputs, params)`` and atomically replace ``partition`` of ``table_uri``.
 
     Re-running the same partition leaves the table as one run would. Rows the transform marks with a
@@ -163,7 +164,14 @@ class SparkToDeltaOperator(EngineRun, BaseOperator):
 
     def _done(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         self._emit_asset_event(context, result)
+        self._keep_for_lineage(result)
         return result
+
+    def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """OpenLineage: the inputs as given (Delta ones at their version), the table version written."""
+        from airflow_provider_dltrain.utils.openlineage import delta_dataset, input_datasets
+
+        return input_datasets(self.inputs), [delta_dataset(result["uri"], result["version"])]
 
     def _emit_asset_event(self, context: Context, value: dict[str, Any]) -> None:
         # Airflow emits an event for every outlet of a successful task; ``committed`` tells consumers

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +41,7 @@ class MlflowRunLink(BaseOperatorLink):
         return str(value) if value else ""
 
 
-class TrainModelOperator(BaseOperator):
+class TrainModelOperator(LineageResultMixin, BaseOperator):
     """Run ``train_fn(ctx)`` on exactly ``dataset``'s Delta version and return a TrainResult dict.
 
     The training function never sees Airflow: the same function runs in a notebook with
@@ -158,7 +159,20 @@ class TrainModelOperator(BaseOperator):
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
         self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
+        self._keep_for_lineage(result.to_dict(), tracking_uri=tracking.tracking_uri)
         return result.to_dict()
+
+    def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """OpenLineage: the Delta version trained on in, the model the MLflow run logged out."""
+        from airflow_provider_dltrain.utils.openlineage import delta_dataset, trained_model_dataset
+
+        data = result["dataset"]
+        outputs = []
+        if result.get("model_uri"):
+            outputs.append(
+                trained_model_dataset(result["tracking_uri"], result["model_uri"], result["run_id"])
+            )
+        return [delta_dataset(data["uri"], data["version"])], outputs
 
     def _unchanged(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> str | None:
         """Why training can be skipped (the champion for this cut-off has identical inputs), or None."""

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from airflow_provider_dltrain.triggers.delta import DeltaTableVersionTrigger
+from airflow_provider_dltrain.triggers.delta import DeltaTableNewVersionTrigger, DeltaTableVersionTrigger
 
-__all__ = ["DeltaTableVersionTrigger"]
+__all__ = ["DeltaTableNewVersionTrigger", "DeltaTableVersionTrigger"]

@@ -23,8 +23,9 @@ from tests.conftest import free_port, wait_for_port
 
 
 class AirflowApi:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, env: dict[str, str] | None = None) -> None:
         self.base = base.rstrip("/")
+        self.env = dict(env or {})  # the services' environment, to start more Airflow processes alike
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -87,7 +88,7 @@ def airflow_services(home: Path, env_extra: dict[str, str], log_dir: Path) -> It
             )
             if name == "api-server":
                 wait_for_port(port, timeout=120, proc=procs[0])
-        yield AirflowApi(f"http://127.0.0.1:{port}")
+        yield AirflowApi(f"http://127.0.0.1:{port}", env)
     finally:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):

@@ -51,8 +51,17 @@ ENGINE_JOB = {
             },
         ),
         ("airflow_provider_dltrain.triggers.engines.EngineJobTrigger", ENGINE_JOB),
+        (
+            "airflow_provider_dltrain.triggers.delta.DeltaTableNewVersionTrigger",
+            {
+                "table_uri": "s3://lake/events",
+                "from_version": 3,
+                "aws_conn_id": "aws_lake",
+                "poll_interval": 5.0,
+            },
+        ),
     ],
-    ids=["delta-defaults", "delta-every-condition", "engine-job"],
+    ids=["delta-defaults", "delta-every-condition", "engine-job", "delta-new-version-watcher"],
 )
 def test_every_trigger_survives_serialize_deserialize_round_trip(classpath, kwargs):
     module, _, name = classpath.rpartition(".")
