@@ -27,6 +27,7 @@ LOCAL = "local"
 
 
 def _factories() -> dict[str, Callable[..., Engine]]:
+    from airflow_provider_dltrain.engines.ec2 import Ec2Engine
     from airflow_provider_dltrain.engines.emr import EmrEngine
     from airflow_provider_dltrain.engines.emr_serverless import EmrServerlessEngine
     from airflow_provider_dltrain.engines.glue import GlueEngine
@@ -37,10 +38,11 @@ def _factories() -> dict[str, Callable[..., Engine]]:
         EmrEngine.name: EmrEngine,
         EmrServerlessEngine.name: EmrServerlessEngine,
         SparkSubmitEngine.name: SparkSubmitEngine,
+        Ec2Engine.name: Ec2Engine,
     }
 
 
-ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit")
+ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit", "ec2")
 
 
 def check_engine_name(name: str) -> None:

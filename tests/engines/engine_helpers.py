@@ -10,6 +10,7 @@ TEST_CONFIG = Config(retries={"max_attempts": 1})
 
 EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
+EC2_LIVE = ["pending", "running", "stopping", "stopped"]
 ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
 
 
@@ -56,4 +57,13 @@ def leaks(endpoint: str) -> list[str]:
                     for r in runs["jobRuns"]
                     if r["state"] in ES_RUN_LIVE
                 ]
+    ec2 = aws_client("ec2", endpoint)
+    for page in ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": EC2_LIVE}]
+    ):
+        found += [
+            f"EC2 instance {i['InstanceId']} {i['State']['Name']}"
+            for r in page["Reservations"]
+            for i in r["Instances"]
+        ]
     return found

@@ -171,6 +171,18 @@ class LocalCloudExecutor:
         script = workdir / (Path(s3_key).name or "script.py")
         body = self._s3.get_object(Bucket=bucket, Key=s3_key)["Body"].read()
         script.write_bytes(body)
+        return self.start_process(
+            key,
+            engine,
+            [sys.executable, str(script), *args],
+            workdir,
+            on_exit,
+            region=region,
+            log_prefix=log_prefix,
+        )
+
+    def job_env(self, engine: str, region: str = "us-east-1") -> dict[str, str]:
+        """The environment of a job: reaches the fake AWS (boto3 and delta-rs) with the test keys."""
         env = dict(os.environ)
         env.update(
             {
@@ -186,11 +198,26 @@ class LocalCloudExecutor:
             }
         )
         env.pop("AWS_PROFILE", None)  # a profile would win over the test keys in some SDKs
+        return env
+
+    def start_process(
+        self,
+        key: tuple[str, ...],
+        engine: str,
+        argv: list[str],
+        workdir: Path,
+        on_exit: ExitCallback,
+        region: str = "us-east-1",
+        log_prefix: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> LocalJob:
+        """Start ``argv`` in ``workdir`` as a job (its own process group, output in the workdir)."""
+        job_env = {**self.job_env(engine, region), **(env or {})}
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, str(script), *args],
+                argv,
                 cwd=workdir,
-                env=env,
+                env=job_env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -200,7 +227,7 @@ class LocalCloudExecutor:
         job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix)
         with self.lock:
             self.jobs[key] = job
-        log.info("started %s pid=%s: %s %s", key, proc.pid, script_uri, args)
+        log.info("started %s pid=%s: %s", key, proc.pid, argv)
         return job
 
     def is_running(self, key: tuple[str, ...]) -> bool:
