@@ -367,7 +367,13 @@ class Ec2Engine:
 
 def terminate_job(ec2: Any, job: str) -> list[str]:
     """Terminate every live instance tagged with ``job``; the ids it terminated."""
-    filters = [{"Name": f"tag:{JOB_TAG}", "Values": [job]}, {"Name": "instance-state-name", "Values": LIVE}]
+    return terminate_tagged(ec2, {JOB_TAG: job})
+
+
+def terminate_tagged(ec2: Any, tags: Mapping[str, str]) -> list[str]:
+    """Terminate every live instance carrying all of ``tags``; the ids it terminated."""
+    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
+    filters.append({"Name": "instance-state-name", "Values": LIVE})
     pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
     ids = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
     if ids:

@@ -201,3 +201,50 @@ def test_retry_after_a_crash_mid_launch_completes_the_one_cluster(ec2_env, monke
         engine.teardown(
             handle if handle else engine._handle(staged.spec.identity.job_name, [], staged.result_uri)
         )
+
+
+def _tagged_instances(env, identity, count=1):
+    """Instances tagged as the engine tags them, with no node plan: nothing boots on them."""
+    ec2 = aws_client("ec2", env["endpoint"])
+    tags = [{"Key": k, "Value": v} for k, v in identity.tags().items()] if identity else []
+    request = {"ImageId": "ami-0abcdef1234567890", "MinCount": count, "MaxCount": count}
+    if tags:
+        request["TagSpecifications"] = [{"ResourceType": "instance", "Tags": tags}]
+    return [i["InstanceId"] for i in ec2.run_instances(**request)["Instances"]]
+
+
+def test_reaper_and_teardown_task_terminate_only_instances_of_their_task(ec2_env, monkeypatch):
+    from airflow_provider_dltrain.engines.reaper import find_resources, reap
+    from airflow_provider_dltrain.operators.ec2 import Ec2ClusterTeardownOperator
+
+    dead = RunIdentity(dag_id="ec2_dag", run_id="r-dead", task_id="train")
+    live = RunIdentity(dag_id="ec2_dag", run_id="r-live", task_id="train")
+    dead_ids, live_ids = _tagged_instances(ec2_env, dead, 2), _tagged_instances(ec2_env, live)
+    untagged = _tagged_instances(ec2_env, None)
+    ec2 = aws_client("ec2", ec2_env["endpoint"])
+    try:
+        found = {r.id: r for r in find_resources(ec2_env["clients"]) if r.kind == "ec2_instance"}
+        assert set(found) == {*dead_ids, *live_ids} and found[dead_ids[0]].identity == dead
+        outcomes = {o.resource.id: o.action for o in reap(ec2_env["clients"], lambda who: who == live)}
+        assert outcomes == {dead_ids[0]: "terminated", dead_ids[1]: "terminated", live_ids[0]: "kept"}
+
+        conn = {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {"endpoint_url": ec2_env["endpoint"], "region_name": "us-east-1"},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_FAKE", json.dumps(conn))
+        teardown = Ec2ClusterTeardownOperator(
+            task_id="ec2_teardown", train_task_id="train", aws_conn_id="aws_fake"
+        )
+        ti = type("TI", (), {"dag_id": "ec2_dag", "run_id": "r-live", "task_id": "ec2_teardown"})()
+        assert teardown.execute({"ti": ti}) == live_ids
+        states = {
+            i["InstanceId"]: i["State"]["Name"]
+            for r in ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+        }
+        assert states[untagged[0]] == "running", "an instance without dltrain tags is never touched"
+    finally:
+        ec2.terminate_instances(InstanceIds=untagged)
