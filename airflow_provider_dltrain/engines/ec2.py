@@ -35,8 +35,9 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     render_user_data,
     ssh_key_pair,
 )
-from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 # Amazon Linux 2023 from its SSM public parameter; a Deep Learning AMI's parameter is better for GPUs.
@@ -46,8 +47,11 @@ GONE = {"shutting-down", "terminated", "stopping", "stopped"}
 JOB_TAG, RANK_TAG, MANAGED_TAG = "dltrain:job", "dltrain:node_rank", "dltrain:managed"
 
 
-class Ec2Engine:
-    """Run a job on ``instance_count`` fresh EC2 instances, one node plan each.
+class Ec2Engine(TrainingEngine):
+    """Run a training job on ``instance_count`` fresh EC2 instances, one node plan each.
+
+    Each node runs ``job_script.py --spec <uri> --code <uri>`` under its launcher, the same entry
+    as every other engine (a ``TrainJobSpec`` makes it train one rank).
 
     :param staging_uri: ``s3://`` prefix for the spec, code, markers, logs (and a Horovod run's key).
     :param instance_type: e.g. ``"g5.xlarge"``; every node gets the same.
@@ -63,6 +67,9 @@ class Ec2Engine:
     :param python: the Python on the AMI with torch, boto3 and the job's libraries.
     :param env: plain environment variables of the job (never secrets).
     :param secret_env: ``{VARIABLE: secret id}`` read from Secrets Manager on the node.
+    :param tracking_secret: Secrets Manager secret (name/ARN) holding the MLflow credentials as JSON,
+        read by the job with the instance profile. Required when the ``mlflow`` connection has
+        credentials: user data is readable by anyone allowed ``ec2:DescribeInstanceAttribute``.
     :param key_name: an EC2 key pair for logging in while debugging (not needed to run).
     :param run_instances: more ``RunInstances`` fields (``BlockDeviceMappings``, ``InstanceMarketOptions``).
     """
@@ -90,6 +97,7 @@ class Ec2Engine:
         env: Mapping[str, str] | None = None,
         secret_env: Mapping[str, str] | None = None,
         key_name: str | None = None,
+        tracking_secret: str | None = None,
         run_instances: Mapping[str, Any] | None = None,
         region: str | None = None,
     ) -> None:
@@ -119,12 +127,26 @@ class Ec2Engine:
         self.secret_env = dict(secret_env or {})
         self.key_name = key_name
         self.extra = dict(run_instances or {})
+        self.tracking_secret = tracking_secret
         self.region = region
 
-    # -- staging and launching ----------------------------------------------------------------------
-    def stage(self, spec: RunSpec) -> StagedRun:
-        return self.stager.stage(spec)
+    @property
+    def world_size(self) -> int:
+        return self.instance_count * self.procs_per_node
 
+    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
+        """Only a secret's name goes into the user data, never the credentials themselves."""
+        env = job_tracking_env(credentials, self.tracking_secret)
+        if env and not self.tracking_secret:
+            raise InvalidSpecError(
+                "the mlflow connection has credentials, and EC2 user data is readable by anyone allowed "
+                "ec2:DescribeInstanceAttribute: store them in Secrets Manager as JSON "
+                '({"MLFLOW_TRACKING_USERNAME": ..., "MLFLOW_TRACKING_PASSWORD": ...}) and give its '
+                "name as backend option tracking_secret"
+            )
+        self.env.update(env)
+
+    # -- launching ---------------------------------------------------------------------------------
     def resolve_image(self) -> str:
         if self.image_id:
             return self.image_id

@@ -41,11 +41,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workdir", type=Path, help="keep job scripts and logs here (default: a temp dir, removed)"
     )
-    parser.add_argument(
-        "--hold-sagemaker",
-        action="store_true",
-        help="create training jobs InProgress (only useful with something that finishes them)",
-    )
     parser.add_argument("--verbose", action="store_true", help="log every job start and end to stderr")
     return parser.parse_args(argv)
 
@@ -68,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     fake_glue.install(executor)
     fake_emr.install(executor)
     fake_emr_serverless.install(executor)
-    fake_sagemaker.install(executor, hold_in_progress=args.hold_sagemaker)
+    fake_sagemaker.install(executor)
     fake_ec2.install(executor)
     executor.start()
 

@@ -14,9 +14,9 @@ teardown, the reaper) kills its process group.
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -75,27 +75,24 @@ class Ec2Nodes:
         plan = parse_plan(text)
         port = self.ports.setdefault(plan["job_name"], free_port())
         script = replace_plan(text, {"master_addr": "127.0.0.1", "master_port": port})
-        workdir = Path(tempfile.mkdtemp(prefix=f"ec2-{instance.id}-", dir=self.ex.root))
+        workdir = self.ex.new_workdir(f"ec2-{instance.id}")
         (workdir / "user_data.sh").write_text(script)
         stubs = workdir / "bin"
         stubs.mkdir()
         (stubs / "shutdown").write_text(SHUTDOWN_STUB)
         (stubs / "shutdown").chmod(0o755)
-        env = self.ex.job_env("ec2")
-        env.update(
-            {
-                "DLTRAIN_NODE_DIR": str(workdir),
-                "DLTRAIN_PYTHON": sys.executable,
-                "DLTRAIN_SSH_DIR": str(workdir / "ssh"),
-                "PATH": f"{stubs}:{env.get('PATH', '')}",
-            }
-        )
+        env = {
+            "DLTRAIN_NODE_DIR": str(workdir),
+            "DLTRAIN_PYTHON": sys.executable,
+            "DLTRAIN_SSH_DIR": str(workdir / "ssh"),
+            "PATH": f"{stubs}:{os.environ.get('PATH', '')}",
+        }
 
         def on_exit(returncode: int, message: str) -> None:
             self.finish(instance, workdir, returncode)
 
         self.ex.start_process(
-            instance_key(instance), "ec2", ["bash", "user_data.sh"], workdir, on_exit, env=env
+            instance_key(instance), "ec2", workdir, ["bash", "user_data.sh"], on_exit, env_extra=env
         )
 
     def finish(self, instance: Any, workdir: Path, returncode: int) -> None:

@@ -166,24 +166,40 @@ class LocalCloudExecutor:
         log_prefix: str | None = None,
     ) -> LocalJob:
         """Download ``script_uri`` from moto S3 and start ``python script *args``; raise on any failure."""
-        workdir = Path(tempfile.mkdtemp(prefix=f"{engine}-", dir=self.root))
+        workdir = self.new_workdir(engine)
         bucket, s3_key = split_s3_uri(script_uri)
         script = workdir / (Path(s3_key).name or "script.py")
         body = self._s3.get_object(Bucket=bucket, Key=s3_key)["Body"].read()
         script.write_bytes(body)
-        return self.start_process(
+        job = self.start_process(
             key,
             engine,
-            [sys.executable, str(script), *args],
             workdir,
+            [sys.executable, str(script), *args],
             on_exit,
             region=region,
             log_prefix=log_prefix,
         )
+        log.info("started %s pid=%s: %s %s", key, job.proc.pid, script_uri, args)
+        return job
 
-    def job_env(self, engine: str, region: str = "us-east-1") -> dict[str, str]:
-        """The environment of a job: reaches the fake AWS (boto3 and delta-rs) with the test keys."""
+    def new_workdir(self, engine: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{engine}-", dir=self.root))
+
+    def start_process(
+        self,
+        key: tuple[str, ...],
+        engine: str,
+        workdir: Path,
+        argv: list[str],
+        on_exit: ExitCallback,
+        region: str = "us-east-1",
+        log_prefix: str | None = None,
+        env_extra: dict[str, str] | None = None,
+    ) -> LocalJob:
+        """Start ``argv`` in ``workdir`` with the fake AWS's environment (plus ``env_extra``)."""
         env = dict(os.environ)
+        env.update(env_extra or {})
         env.update(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
@@ -198,26 +214,11 @@ class LocalCloudExecutor:
             }
         )
         env.pop("AWS_PROFILE", None)  # a profile would win over the test keys in some SDKs
-        return env
-
-    def start_process(
-        self,
-        key: tuple[str, ...],
-        engine: str,
-        argv: list[str],
-        workdir: Path,
-        on_exit: ExitCallback,
-        region: str = "us-east-1",
-        log_prefix: str | None = None,
-        env: dict[str, str] | None = None,
-    ) -> LocalJob:
-        """Start ``argv`` in ``workdir`` as a job (its own process group, output in the workdir)."""
-        job_env = {**self.job_env(engine, region), **(env or {})}
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
             proc = subprocess.Popen(
                 argv,
                 cwd=workdir,
-                env=job_env,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -227,7 +228,6 @@ class LocalCloudExecutor:
         job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix)
         with self.lock:
             self.jobs[key] = job
-        log.info("started %s pid=%s: %s", key, proc.pid, argv)
         return job
 
     def is_running(self, key: tuple[str, ...]) -> bool:
