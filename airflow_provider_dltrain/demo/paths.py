@@ -43,15 +43,31 @@ def engine() -> str:
 
 
 def engine_options() -> dict[str, object]:
-    raw = os.environ.get("DLTRAIN_ENGINE_OPTIONS", "").strip()
+    return _json_object_env("DLTRAIN_ENGINE_OPTIONS")
+
+
+def train_backend() -> str:
+    """Where the retrain DAG trains: ``torch_distributor`` (2 DDP processes here), ``sagemaker``, ``ec2``."""
+    return os.environ.get("DLTRAIN_TRAIN_BACKEND", "torch_distributor")
+
+
+def train_backend_options() -> dict[str, object]:
+    options = _json_object_env("DLTRAIN_TRAIN_BACKEND_OPTIONS")
+    if not options and train_backend() == "torch_distributor":
+        return {"num_processes": 2}
+    return options
+
+
+def _json_object_env(name: str) -> dict[str, object]:
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except ValueError as err:
-        raise ValueError(f"DLTRAIN_ENGINE_OPTIONS is not JSON: {err}") from err
+        raise ValueError(f"{name} is not JSON: {err}") from err
     if not isinstance(value, dict):
-        raise ValueError("DLTRAIN_ENGINE_OPTIONS must be a JSON object")
+        raise ValueError(f"{name} must be a JSON object")
     return value
 
 
