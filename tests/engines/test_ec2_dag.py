@@ -48,7 +48,12 @@ def test_retrain_dag_trains_on_an_ec2_cluster_registers_the_model_and_leaves_no_
     glue = {"staging_uri": staging, "role": "arn:aws:iam::123456789012:role/GlueRole"}
     monkeypatch.setenv("DLTRAIN_ENGINE_OPTIONS", json.dumps(glue))
     monkeypatch.setenv("DLTRAIN_TRAIN_BACKEND", "ec2")
-    ec2 = {"staging_uri": staging, "instance_count": 2, "image_id": "ami-0abcdef1234567890", "max_minutes": 30}
+    ec2 = {
+        "staging_uri": staging,
+        "instance_count": 2,
+        "image_id": "ami-0abcdef1234567890",
+        "max_minutes": 30,
+    }
     monkeypatch.setenv("DLTRAIN_TRAIN_BACKEND_OPTIONS", json.dumps(ec2))
 
     seed(paths.landing(), DAY, 1, per_day=120)
@@ -62,7 +67,10 @@ def test_retrain_dag_trains_on_an_ec2_cluster_registers_the_model_and_leaves_no_
     instances = aws_client("ec2", endpoint).describe_instances()["Reservations"]
     ours = [i for r in instances for i in r["Instances"] if any(t["Key"] == "dltrain:job" for t in i["Tags"])]
     tags = [{t["Key"]: t["Value"] for t in i["Tags"]} for i in ours]
-    assert sorted(t["dltrain:node_rank"] for t in tags if t["dltrain:dag_id"] == "dltrain_retrain") == ["0", "1"]
+    assert sorted(t["dltrain:node_rank"] for t in tags if t["dltrain:dag_id"] == "dltrain_retrain") == [
+        "0",
+        "1",
+    ]
     assert {i["State"]["Name"] for i in ours} == {"terminated"}
 
     import mlflow
