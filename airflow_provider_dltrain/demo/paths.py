@@ -43,25 +43,23 @@ def engine() -> str:
 
 
 def engine_options() -> dict[str, object]:
-    return _json_object_env("DLTRAIN_ENGINE_OPTIONS")
+    return _json_object("DLTRAIN_ENGINE_OPTIONS", {})
 
 
 def train_backend() -> str:
-    """Where the retrain DAG trains: ``torch_distributor`` (2 DDP processes here), ``sagemaker``, ``ec2``."""
+    """``DLTRAIN_TRAIN_BACKEND``: where the retrain DAG trains (default 2-process DDP)."""
     return os.environ.get("DLTRAIN_TRAIN_BACKEND", "torch_distributor")
 
 
 def train_backend_options() -> dict[str, object]:
-    options = _json_object_env("DLTRAIN_TRAIN_BACKEND_OPTIONS")
-    if not options and train_backend() == "torch_distributor":
-        return {"num_processes": 2}
-    return options
+    """``DLTRAIN_TRAIN_BACKEND_OPTIONS`` (JSON object); default ``{"num_processes": 2}``."""
+    return _json_object("DLTRAIN_TRAIN_BACKEND_OPTIONS", {"num_processes": 2})
 
 
-def _json_object_env(name: str) -> dict[str, object]:
+def _json_object(name: str, default: dict[str, object]) -> dict[str, object]:
     raw = os.environ.get(name, "").strip()
     if not raw:
-        return {}
+        return dict(default)
     try:
         value = json.loads(raw)
     except ValueError as err:
