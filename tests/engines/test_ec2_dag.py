@@ -22,6 +22,7 @@ DS = DAY.isoformat()
 FAST = {"epochs": 2, "batch_size": 32, "lr": 0.003, "seed": 7}
 
 
+@pytest.mark.timeout(1800)  # ingest + training + scoring: three Spark/torch job starts
 def test_retrain_dag_trains_on_an_ec2_cluster_registers_the_model_and_leaves_no_instance(
     aws_leak_check, tmp_path, monkeypatch
 ):
