@@ -63,7 +63,8 @@ class TrainModelOperator(RemoteTraining, BaseOperator):
     :param data_cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound
         on a partition column in ``data_filter`` (templated).
     :param backend: ``"local"``, ``"torch_distributor"``, ``"sagemaker"`` (a training job per try,
-        see ``engines/sagemaker.py``), another registered name, or a backend object.
+        see ``engines/sagemaker.py``), ``"ec2"`` (a per-run EC2 cluster,
+        ``engines/ec2.py``), another registered name, or a backend object.
     :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``;
         for ``sagemaker`` ``staging_uri``, ``role``, ``instance_type``, ``instance_count``,
         ``processes_per_host``, ``distribution``, ``use_spot``, ``tracking_secret``, … (no secrets).
