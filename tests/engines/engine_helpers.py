@@ -56,4 +56,12 @@ def leaks(endpoint: str) -> list[str]:
                     for r in runs["jobRuns"]
                     if r["state"] in ES_RUN_LIVE
                 ]
+
+    sm = aws_client("sagemaker", endpoint)
+    for status in ("InProgress", "Stopping"):
+        for page in sm.get_paginator("list_training_jobs").paginate(StatusEquals=status):
+            found += [
+                f"SageMaker training job {j['TrainingJobName']} {status}"
+                for j in page["TrainingJobSummaries"]
+            ]
     return found
