@@ -24,6 +24,14 @@ def aws_client(service: str, endpoint: str):
     )
 
 
+def aws_connection(endpoint: str) -> str:
+    """An Airflow ``aws`` connection (as the JSON of an ``AIRFLOW_CONN_*`` variable) to the fake AWS."""
+    import json
+
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    return json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra})
+
+
 def leaks(endpoint: str) -> list[str]:
     """Every cloud resource on the fake AWS still alive (costing money, on real AWS)."""
     found: list[str] = []

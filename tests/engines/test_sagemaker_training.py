@@ -15,7 +15,7 @@ import uuid
 from unittest import mock
 
 import pytest
-from engine_helpers import aws_client
+from engine_helpers import aws_client, aws_connection
 
 pytestmark = pytest.mark.slow
 
@@ -49,13 +49,7 @@ def sm_lake(fake_aws):
 @pytest.fixture
 def sm(aws_leak_check, sm_lake, monkeypatch, tmp_path):
     endpoint = aws_leak_check
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", aws_connection(endpoint))
     db = tmp_path / "mlflow.db"
     mlflow_conn = {"conn_type": "mlflow", "host": f"sqlite:///{db}", "password": SECRET_TOKEN}
     monkeypatch.setenv(f"AIRFLOW_CONN_{MLFLOW_CONN.upper()}", json.dumps(mlflow_conn))
