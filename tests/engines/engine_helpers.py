@@ -25,6 +25,14 @@ def aws_client(service: str, endpoint: str):
     )
 
 
+def aws_connection(endpoint: str) -> str:
+    """An Airflow ``aws`` connection (as the JSON of an ``AIRFLOW_CONN_*`` variable) to the fake AWS."""
+    import json
+
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    return json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra})
+
+
 def leaks(endpoint: str) -> list[str]:
     """Every cloud resource on the fake AWS still alive (costing money, on real AWS)."""
     found: list[str] = []
@@ -66,4 +74,12 @@ def leaks(endpoint: str) -> list[str]:
             for r in page["Reservations"]
             for i in r["Instances"]
         ]
+
+    sm = aws_client("sagemaker", endpoint)
+    for status in ("InProgress", "Stopping"):
+        for page in sm.get_paginator("list_training_jobs").paginate(StatusEquals=status):
+            found += [
+                f"SageMaker training job {j['TrainingJobName']} {status}"
+                for j in page["TrainingJobSummaries"]
+            ]
     return found

@@ -145,7 +145,17 @@ class Container:
         )
         return env
 
+    def download_channels(self) -> None:
+        """Every S3 input channel into ``input/data/<channel>/``, as SageMaker does before starting."""
+        for channel in self.job.input_data_config or []:
+            source = channel["DataSource"]["S3DataSource"]["S3Uri"]
+            target = self.root / "input" / "data" / channel["ChannelName"]
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            self._download_prefix(source, target)
+
     def start(self) -> None:
+        self.download_channels()
         self.restore_checkpoints()
         self.failure_file.unlink(missing_ok=True)
         self.failure_file.parent.mkdir(parents=True, exist_ok=True)
@@ -170,6 +180,9 @@ class Container:
             return
         reason = self.failure_file.read_text().strip() if self.failure_file.exists() else ""
         reason = reason or message
+        log.warning(
+            "job %s failed; stdout tail:\n%s", self.job.training_job_name, _tail(self.root / "stdout")
+        )
         set_status(self.job, "Failed", "Failed", f"AlgorithmError: {reason}"[:1024])
 
     def maybe_interrupt(self) -> None:
@@ -191,6 +204,13 @@ class Container:
         log.info("interrupted spot job %s; restarting", self.job.training_job_name)
         set_status(self.job, "InProgress", "Restarting")
         self.start()
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
 
 
 CONTAINERS: dict[tuple[str, ...], Container] = {}
