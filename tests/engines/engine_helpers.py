@@ -65,15 +65,7 @@ def leaks(endpoint: str) -> list[str]:
                     for r in runs["jobRuns"]
                     if r["state"] in ES_RUN_LIVE
                 ]
-    ec2 = aws_client("ec2", endpoint)
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "instance-state-name", "Values": EC2_LIVE}]
-    ):
-        found += [
-            f"EC2 instance {i['InstanceId']} {i['State']['Name']}"
-            for r in page["Reservations"]
-            for i in r["Instances"]
-        ]
+    found += _ec2_leaks(endpoint)
 
     sm = aws_client("sagemaker", endpoint)
     for status in ("InProgress", "Stopping"):
@@ -83,3 +75,17 @@ def leaks(endpoint: str) -> list[str]:
                 for j in page["TrainingJobSummaries"]
             ]
     return found
+
+
+def _ec2_leaks(endpoint: str) -> list[str]:
+    """Instances not terminated: a training cluster's node, or anything else a test launched."""
+    ec2 = aws_client("ec2", endpoint)
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": EC2_LIVE}]
+    )
+    return [
+        f"EC2 instance {i['InstanceId']} {i['State']['Name']}"
+        for page in pages
+        for r in page["Reservations"]
+        for i in r["Instances"]
+    ]
