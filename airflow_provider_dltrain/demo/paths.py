@@ -5,7 +5,10 @@ Everything is under ``$DLTRAIN_HOME`` (default ``./.dltrain``) unless a deployme
 - ``DLTRAIN_LAKE_URI``: where the tables live, e.g. ``s3://my-lake/dltrain``;
 - ``DLTRAIN_ENGINE`` / ``DLTRAIN_ENGINE_OPTIONS`` (JSON): where ETL and scoring run, e.g. ``glue`` and
   ``{"staging_uri": "s3://my-lake/staging", "role": "GlueRole"}``;
-- ``DLTRAIN_AWS_CONN_ID``: the Airflow ``aws`` connection for ``s3://`` tables and cloud jobs.
+- ``DLTRAIN_AWS_CONN_ID``: the Airflow ``aws`` connection for ``s3://`` tables and cloud jobs;
+- ``DLTRAIN_TRAIN_BACKEND`` / ``DLTRAIN_TRAIN_BACKEND_OPTIONS`` (JSON): where training runs, e.g.
+  ``sagemaker`` and ``{"staging_uri": "s3://my-lake/staging", "role": "arn:aws:iam::…:role/…"}``
+  (default: ``torch_distributor`` with 2 processes on the Airflow worker).
 
 The DAG files read them when they are parsed: the same unmodified DAGs run on a laptop and on AWS.
 """
@@ -42,17 +45,32 @@ def engine() -> str:
     return os.environ.get("DLTRAIN_ENGINE", "local")
 
 
-def engine_options() -> dict[str, object]:
-    raw = os.environ.get("DLTRAIN_ENGINE_OPTIONS", "").strip()
+def _json_options(name: str) -> dict[str, object]:
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except ValueError as err:
-        raise ValueError(f"DLTRAIN_ENGINE_OPTIONS is not JSON: {err}") from err
+        raise ValueError(f"{name} is not JSON: {err}") from err
     if not isinstance(value, dict):
-        raise ValueError("DLTRAIN_ENGINE_OPTIONS must be a JSON object")
+        raise ValueError(f"{name} must be a JSON object")
     return value
+
+
+def engine_options() -> dict[str, object]:
+    return _json_options("DLTRAIN_ENGINE_OPTIONS")
+
+
+def train_backend() -> str:
+    return os.environ.get("DLTRAIN_TRAIN_BACKEND", "").strip() or "torch_distributor"
+
+
+def train_backend_options() -> dict[str, object]:
+    options = _json_options("DLTRAIN_TRAIN_BACKEND_OPTIONS")
+    if not options and train_backend() == "torch_distributor":
+        return {"num_processes": 2}
+    return options
 
 
 def aws_conn_id() -> str | None:

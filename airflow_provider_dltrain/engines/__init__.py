@@ -37,10 +37,21 @@ def _factories() -> dict[str, Callable[..., Engine]]:
         EmrEngine.name: EmrEngine,
         EmrServerlessEngine.name: EmrServerlessEngine,
         SparkSubmitEngine.name: SparkSubmitEngine,
+        **_training_factories(),
     }
 
 
+def _training_factories() -> dict[str, Callable[..., Engine]]:
+    """Engines that run training jobs (a ``TrainJobSpec``): ``TrainModelOperator(backend=name)``."""
+    from airflow_provider_dltrain.engines.ec2 import Ec2Engine
+    from airflow_provider_dltrain.engines.sagemaker import SageMakerEngine
+
+    return {SageMakerEngine.name: SageMakerEngine, Ec2Engine.name: Ec2Engine}
+
+
 ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit")
+# ``TrainModelOperator(backend=...)`` names that run the training function as a cloud job.
+TRAINING_ENGINE_NAMES = ("sagemaker", "ec2")
 
 
 def check_engine_name(name: str) -> None:
@@ -53,7 +64,8 @@ def check_engine_name(name: str) -> None:
 
 def get_engine(name: str, clients: Callable[[str], Any], options: Mapping[str, Any] | None = None) -> Engine:
     """The adapter ``name`` configured with ``options``; bad options name the engine and the problem."""
-    check_engine_name(name)
+    if name not in TRAINING_ENGINE_NAMES:
+        check_engine_name(name)
     factory = _factories().get(name)
     if factory is None:
         raise InvalidSpecError(f"engine={name!r} runs in-process and has no adapter")
@@ -68,6 +80,7 @@ def get_engine(name: str, clients: Callable[[str], Any], options: Mapping[str, A
 __all__ = [
     "ENGINE_NAMES",
     "LOCAL",
+    "TRAINING_ENGINE_NAMES",
     "TERMINAL",
     "Engine",
     "JobFailedError",

@@ -16,10 +16,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.exceptions import DltrainError, DltrainUserError
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class JobHandle:
 class StagedRun:
     """Where staging put the spec, the entry script and the code bundle."""
 
-    spec: RunSpec
+    spec: RunSpec | TrainJobSpec
     spec_uri: str
     script_uri: str
     code_uri: str
@@ -87,7 +90,9 @@ class Engine(Protocol):
 
     name: str
 
-    def stage(self, spec: RunSpec) -> StagedRun: ...
+    def stage(self, spec: Any) -> StagedRun:
+        """Put the spec (a ``RunSpec``, or a ``TrainJobSpec`` for a training engine) and the code where the job reads them."""
+        ...
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         """A job for this task instance that is still running (a retry re-attaches to it)."""

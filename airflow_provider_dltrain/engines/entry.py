@@ -1,5 +1,7 @@
 """The job entry point: read a :class:`RunSpec`, run the stage, write the result JSON.
 
+A training job's spec (``"kind": "train"``) goes to :mod:`~.train_entry` instead, once per rank.
+
 ``python -m airflow_provider_dltrain.engines.entry --spec s3://…/spec.json`` (or the uploaded
 ``job_script.py`` with the same arguments). Unknown arguments are ignored: Glue adds its own
 (``--JOB_ID``, ``--JOB_RUN_ID``, ``--TempDir``, …). The exit status is the outcome: 0 when the stage
@@ -74,7 +76,14 @@ def main(argv: Sequence[str] | None = None, *, code_paths: Sequence[str] = ()) -
     args, ignored = _parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if ignored:
         log.info("ignoring arguments added by the service: %s", " ".join(ignored))
-    spec = RunSpec.from_json(read_uri(args.spec))
+    raw = read_uri(args.spec)
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec, is_train_spec
+
+    if is_train_spec(raw):  # one rank of a training job (SageMaker, EC2): no Spark
+        from airflow_provider_dltrain.engines import train_entry
+
+        return train_entry.run(TrainJobSpec.from_json(raw))
+    spec = RunSpec.from_json(raw)
     log.info(
         "%s stage for %s %s (dag %s, run %s, task %s, try %s)",
         spec.stage,

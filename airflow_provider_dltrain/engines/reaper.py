@@ -1,7 +1,8 @@
 """Find the cloud resources our engines left alive, and stop those whose Airflow task no longer runs.
 
 A worker that dies (OOM, lost node, ``kill -9``) never runs ``on_kill`` or ``teardown``, so a transient
-EMR cluster, a Glue job run or an EMR Serverless job run can outlive its task and keep billing. Every
+EMR cluster, a Glue job run, an EMR Serverless job run or the instances of an EC2 training cluster
+can outlive its task and keep billing. Every
 such resource carries the identity of its task (tags, or Glue run arguments); :func:`reap` asks a
 caller-supplied ``is_task_running`` whether that task still runs and stops the rest. Resources without
 our tags are never touched. No Airflow here: the operator asks the Task SDK, the CLI the metadata DB.
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_dltrain.engines import emr, emr_serverless
+from airflow_provider_dltrain.engines import ec2, emr, emr_serverless
 from airflow_provider_dltrain.engines.spec import RunIdentity
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 log = logging.getLogger(__name__)
 
 EMR_CLUSTER, GLUE_JOB_RUN, EMR_SERVERLESS_JOB_RUN = "emr_cluster", "glue_job_run", "emr_serverless_job_run"
+EC2_INSTANCE = "ec2_instance"
 GLUE_LIVE = ["STARTING", "RUNNING", "WAITING"]
 # Not CANCELLING: a cancel is already under way.
 EMR_SERVERLESS_LIVE = [s for s in emr_serverless.ACTIVE if s != "CANCELLING"]
@@ -30,7 +32,12 @@ EMR_SERVERLESS_LIVE = [s for s in emr_serverless.ACTIVE if s != "CANCELLING"]
 LIVE_TASK_STATES = frozenset(
     {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
-VERBS = {EMR_CLUSTER: "terminate", GLUE_JOB_RUN: "stop", EMR_SERVERLESS_JOB_RUN: "cancel"}
+VERBS = {
+    EMR_CLUSTER: "terminate",
+    GLUE_JOB_RUN: "stop",
+    EMR_SERVERLESS_JOB_RUN: "cancel",
+    EC2_INSTANCE: "terminate",
+}
 DONE = {"terminate": "terminated", "stop": "stopped", "cancel": "cancelled"}
 
 Clients = Callable[[str], Any]
@@ -90,12 +97,36 @@ class Outcome:
 
 
 def find_resources(clients: Clients) -> list[Resource]:
-    """Every live resource carrying our identity tags: EMR clusters, Glue and EMR Serverless job runs."""
+    """Every live resource carrying our identity tags: EMR clusters, Glue and EMR Serverless job runs,
+    EC2 instances."""
     return [
         *_emr_clusters(clients("emr")),
         *_glue_runs(clients),
         *_serverless_runs(clients("emr-serverless")),
+        *_ec2_instances(clients("ec2")),
     ]
+
+
+def _ec2_instances(client: Any) -> Iterator[Resource]:
+    filters = [
+        {"Name": "tag-key", "Values": ["dltrain:run_id"]},
+        {"Name": "instance-state-name", "Values": ec2.LIVE},
+    ]
+    pages = client.get_paginator("describe_instances").paginate(Filters=filters)
+    for instance in (
+        i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])
+    ):
+        identity = RunIdentity.from_tags({t["Key"]: t["Value"] for t in instance.get("Tags", [])})
+        if identity is None:
+            continue
+        yield Resource(
+            EC2_INSTANCE,
+            instance["InstanceId"],
+            identity,
+            instance["State"]["Name"],
+            instance.get("LaunchTime"),
+            {"instance_id": instance["InstanceId"]},
+        )
 
 
 def _emr_clusters(client: Any) -> Iterator[Resource]:
@@ -248,6 +279,8 @@ def _aware(moment: datetime) -> datetime:
 def _stop(clients: Clients, res: Resource) -> None:
     if res.kind == EMR_CLUSTER:
         clients("emr").terminate_job_flows(JobFlowIds=[res.ids["cluster_id"]])
+    elif res.kind == EC2_INSTANCE:
+        clients("ec2").terminate_instances(InstanceIds=[res.ids["instance_id"]])
     elif res.kind == GLUE_JOB_RUN:
         out = clients("glue").batch_stop_job_run(
             JobName=res.ids["job_name"], JobRunIds=[res.ids["job_run_id"]]

@@ -13,6 +13,7 @@ pure-Python code; native libraries (deltalake, pyarrow, torch) come from the job
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -20,11 +21,14 @@ import os
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.engines.base import StagedRun, parse_result
 from airflow_provider_dltrain.engines.spec import RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
 
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build time: same code, same bytes, same key
 
@@ -88,9 +92,12 @@ class Stager:
             self.put(uri, data)
         return uri
 
-    def stage(self, spec: RunSpec, extra_modules: Iterable[str] = ()) -> StagedRun:
+    def stage(self, spec: RunSpec | TrainJobSpec, extra_modules: Iterable[str] = ()) -> StagedRun:
         """Upload the code bundle, the job script and the spec (with its result URI) for one run."""
-        modules = [*_transform_modules(spec), *extra_modules]
+        from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+
+        own = spec.code_modules() if isinstance(spec, TrainJobSpec) else _transform_modules(spec)
+        modules = [*own, *extra_modules]
         bundle = code_bundle(modules)
         code_uri = self.put_once(self.uri("code", f"{hashlib.sha256(bundle).hexdigest()[:20]}.zip"), bundle)
         script = job_script()
@@ -99,7 +106,7 @@ class Stager:
         )
         run_dir = self.uri("runs", spec.identity.task_key, str(spec.identity.try_number))
         result_uri = f"{run_dir}/result.json"
-        staged = RunSpec(**{**spec.__dict__, "result_uri": result_uri, "code_uris": (code_uri,)})
+        staged = dataclasses.replace(spec, result_uri=result_uri, code_uris=(code_uri,))
         spec_uri = f"{run_dir}/spec.json"
         self.delete(result_uri)  # a result left by an earlier submission of this try must not count
         self.put(spec_uri, staged.to_json().encode())

@@ -13,6 +13,7 @@ _EXPORTS = {
     "SparkBatchInferenceOperator": "airflow_provider_dltrain.operators.inference",
     "DeltaLineageOperator": "airflow_provider_dltrain.operators.lineage",
     "DltrainReapOperator": "airflow_provider_dltrain.operators.reaper",
+    "Ec2ClusterTeardownOperator": "airflow_provider_dltrain.operators.ec2",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ from airflow_provider_dltrain.engines import LOCAL
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_dltrain.engines import Engine, JobHandle, RunIdentity, RunSpec
+    from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity, RunSpec
 
 log = logging.getLogger(__name__)
 XCOM_JOB = "dltrain_job"
@@ -78,12 +78,25 @@ class EngineRun:
         check_engine_name(self.engine)
         if self.engine == LOCAL:
             return local()
-        engine = self._engine()
-        handle = engine.find(spec.identity)
+        return self.run_on_engine(context, self._engine(), spec.identity, lambda: spec)
+
+    def run_on_engine(
+        self,
+        context: Context,
+        engine: Engine,
+        identity: RunIdentity,
+        make_spec: Callable[[], Any],
+    ) -> dict[str, Any]:
+        """Re-attach to this task's running job or stage and submit ``make_spec()``; then wait or defer.
+
+        ``make_spec`` is called only when nothing is running for ``identity`` (a training launcher
+        opens its MLflow run there: a re-attaching retry must not open a second one).
+        """
+        handle = engine.find(identity)
         if handle is not None:
             self.log.info("re-attaching to %s job %s started by an earlier try", engine.name, handle.ids)
         else:
-            staged = engine.stage(spec)
+            staged = engine.stage(make_spec())
             self.log.info("staged spec %s and code %s", staged.spec_uri, staged.code_uri)
             handle = engine.submit(staged)
             self.log.info("submitted %s job %s", engine.name, handle.ids)
@@ -91,11 +104,12 @@ class EngineRun:
             self.log.info("console: %s", handle.console_url)
         context["ti"].xcom_push(key=XCOM_JOB, value=handle.to_dict())
         self._job = (engine, handle)
+        self.job_started(context, engine, handle)
         if self.deferrable:
             from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
 
             trigger = EngineJobTrigger(
-                engine=self.engine,
+                engine=engine.name,
                 handle=handle.to_dict(),
                 engine_options=dict(self.engine_options),
                 aws_conn_id=self.aws_conn_id,
@@ -104,8 +118,17 @@ class EngineRun:
             self.defer(trigger=trigger, method_name="execute_complete")  # type: ignore[attr-defined]
         return self._finish(engine, handle, None)
 
+    def job_started(self, context: Context, engine: Engine, handle: JobHandle) -> None:
+        """Called once the job is known (submitted or re-attached), before waiting or deferring."""
+
+    def engine_outcome(self, engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, Any]:
+        """What the task returns for a terminal job (raises for a failed one); subclasses refine it."""
+        from airflow_provider_dltrain.engines import outcome
+
+        return outcome(engine, handle, status)
+
     def _finish(self, engine: Engine, handle: JobHandle, event: dict[str, Any] | None) -> dict[str, Any]:
-        from airflow_provider_dltrain.engines import JobStatus, outcome, wait
+        from airflow_provider_dltrain.engines import JobStatus, wait
 
         try:
             if event is None:
@@ -127,7 +150,7 @@ class EngineRun:
                 )
             else:
                 status = JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
-            return outcome(engine, handle, status)
+            return self.engine_outcome(engine, handle, status)
         finally:
             engine.teardown(handle)
             self._job = None

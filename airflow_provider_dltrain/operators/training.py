@@ -8,6 +8,8 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
+from airflow_provider_dltrain.operators.engine_run import EngineJobLink
+from airflow_provider_dltrain.operators.remote_training import RemoteTraining, is_remote_backend
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
 from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
@@ -41,7 +43,7 @@ class MlflowRunLink(BaseOperatorLink):
         return str(value) if value else ""
 
 
-class TrainModelOperator(LineageResultMixin, BaseOperator):
+class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     """Run ``train_fn(ctx)`` on exactly ``dataset``'s Delta version and return a TrainResult dict.
 
     The training function never sees Airflow: the same function runs in a notebook with
@@ -61,11 +63,15 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
     :param data_filter: DNF filter, e.g. ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
     :param data_cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound
         on a partition column in ``data_filter`` (templated).
-    :param backend: ``"local"``, ``"torch_distributor"``, another registered name, or a backend object.
-    :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``.
+    :param backend: ``"local"``, ``"torch_distributor"``, ``"sagemaker"`` (a training job per try,
+        see ``engines/sagemaker.py``), ``"ec2"`` (a per-run EC2 cluster,
+        ``engines/ec2.py``), another registered name, or a backend object.
+    :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``;
+        for ``sagemaker`` ``staging_uri``, ``role``, ``instance_type``, ``instance_count``,
+        ``processes_per_host``, ``distribution``, ``use_spot``, ``tracking_secret``, … (no secrets).
     :param experiment_name: MLflow experiment (default: the DAG id) (templated).
     :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
-    :param aws_conn_id: ``aws`` connection for ``s3://`` tables (ignored for local paths).
+    :param aws_conn_id: ``aws`` connection for ``s3://`` tables and for cloud backends' API calls.
     :param skip_if_unchanged: a registered model name: skip the task (downstream registration is
         skipped too) when the version that is champion for this data cut-off was trained on the same
         rows (content digests of the partitions read, not file names), code and hyper-parameters
@@ -73,6 +79,8 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
     :param code_version: names the training code (e.g. ``"{{ var.value.model_git_sha }}"``) instead of
         hashing the source of ``train_fn``'s module and the modules of its package it imports
         (templated).
+    :param deferrable: for a cloud backend, wait for the job in the triggerer (``EngineJobTrigger``).
+    :param poll_interval: seconds between status checks of a cloud job.
     """
 
     template_fields: Sequence[str] = (
@@ -85,7 +93,7 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
         "code_version",
     )
     template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json"}
-    operator_extra_links = (MlflowRunLink(),)
+    operator_extra_links = (MlflowRunLink(), EngineJobLink())
     ui_color = "#fde9d9"
 
     def __init__(
@@ -103,6 +111,8 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
         aws_conn_id: str | None = None,
         skip_if_unchanged: str | None = None,
         code_version: str | None = None,
+        deferrable: bool = False,
+        poll_interval: float = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -118,6 +128,8 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
         self.aws_conn_id = aws_conn_id
         self.skip_if_unchanged = skip_if_unchanged
         self.code_version = code_version
+        self.deferrable = deferrable
+        self.poll_interval = float(poll_interval)
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.utils.context import storage_options_for
@@ -141,6 +153,17 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
             if skip_reason:
                 self.log.info("Skipping training: %s", skip_reason)
                 raise AirflowSkipException(skip_reason)
+            run: dict[str, Any] = {
+                "experiment_name": self.experiment_name or str(info["dag_id"] or "dltrain"),
+                "run_name": f"{info['dag_id']}.{info['task_id']}.{info['run_id']}",
+                "tags": _lineage_tags(info),
+            }
+            if is_remote_backend(self.backend):
+                remote = self.train_remotely(
+                    context, ref=ref, hparams=hparams, tracking=tracking, storage=storage, run=run
+                )
+                self._keep_for_lineage(remote, tracking_uri=tracking.tracking_uri)
+                return remote
             result = run_training(
                 self.train_fn,
                 ref,
@@ -149,12 +172,10 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
                 backend_options=self.backend_options,
                 data_filter=self.data_filter,
                 tracking=tracking,
-                experiment_name=self.experiment_name or str(info["dag_id"] or "dltrain"),
-                run_name=f"{info['dag_id']}.{info['task_id']}.{info['run_id']}",
-                tags=_lineage_tags(info),
                 cutoff=self.data_cutoff or None,
                 storage_options=storage,
                 code_version=self.code_version or None,
+                **run,
             )
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
@@ -173,6 +194,20 @@ class TrainModelOperator(LineageResultMixin, BaseOperator):
                 trained_model_dataset(result["tracking_uri"], result["model_uri"], result["run_id"])
             )
         return [delta_dataset(data["uri"], data["version"])], outputs
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The cloud training job ended (deferrable mode): its TrainResult, or its failure."""
+        from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+
+        with fail_fast_on_user_error():
+            result = self.complete_remote(context, event)
+        tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+        self._keep_for_lineage(result, tracking_uri=tracking.tracking_uri)
+        return result
+
+    def on_kill(self) -> None:
+        """Stop the cloud training job this task started (the Amazon provider's operator does not)."""
+        self.kill_remote_job()
 
     def _unchanged(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> str | None:
         """Why training can be skipped (the champion for this cut-off has identical inputs), or None."""

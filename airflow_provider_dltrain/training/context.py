@@ -173,6 +173,40 @@ class TrainContext:
         self.model_uri = tracker.log_model(inner, example, name=name)
         return self.model_uri
 
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save_checkpoint(self, state: Mapping[str, Any], name: str = "last") -> str | None:
+        """Save ``state`` (state dicts, the epoch, tensors, numbers) as ``<checkpoint_dir>/<name>.pt``.
+
+        Rank 0 writes (other ranks return ``None``), whole or not at all, so a job that is stopped
+        mid-write - a reclaimed spot instance - resumes from the previous checkpoint. Where the
+        backend keeps the directory across restarts (SageMaker's checkpoint path), a resumed job
+        finds it with :meth:`load_checkpoint`.
+        """
+        if not self.is_main:
+            return None
+        import os
+
+        import torch
+
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        path = os.path.join(self.checkpoint_dir, f"{name}.pt")
+        torch.save(dict(state), f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+        return path
+
+    def load_checkpoint(self, name: str = "last") -> dict[str, Any] | None:
+        """The state last saved with :meth:`save_checkpoint` (tensors and plain values only), or ``None``."""
+        import os
+
+        import torch
+
+        path = os.path.join(self.checkpoint_dir, f"{name}.pt")
+        if not os.path.exists(path):
+            return None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        log.info("resuming from checkpoint %s", path)
+        return dict(state)
+
     # -- metrics --------------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Record metrics of ``step`` (an epoch index, say) in MLflow and the task log (rank 0 only)."""

@@ -107,6 +107,78 @@ def _run_dir(run_id: str, runner: Backend, plan: ScanPlan) -> str:
     return str(uri) if uri else local_run_dir(run_id)
 
 
+@dataclass(frozen=True)
+class TrackedRun:
+    """A run about to train: the function, the resolved data, its tags and the open MLflow run."""
+
+    fn: TrainFn
+    plan: ScanPlan
+    params: dict[str, Any]
+    seed: int
+    tags: dict[str, str]
+    config: TrackingConfig | None
+    run_id: str
+    experiment_id: str | None
+    world_size: int
+
+
+def start_tracked_run(
+    train_fn: TrainFn | str,
+    dataset: DeltaRef | Mapping[str, Any] | str,
+    hparams: Mapping[str, Any] | None,
+    *,
+    backend_name: str,
+    world_size: int,
+    data_filter: DataFilter | None = None,
+    tracking: TrackingConfig | Literal[False] | None = None,
+    experiment_name: str = "dltrain",
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    cutoff: str | None = None,
+    storage_options: StorageOptions | None = None,
+    code_version: str | None = None,
+) -> TrackedRun:
+    """Resolve the data and open the MLflow run with every tag and param (what :func:`run_training`
+    does before any rank starts); a remote backend then hands the run to its job."""
+    from airflow_provider_dltrain import __version__
+
+    fn = load_train_fn(train_fn)
+    params = dict(hparams or {})
+    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
+    all_tags = {
+        **{k: str(v) for k, v in (tags or {}).items() if v is not None},
+        "dltrain.delta_ref": plan.ref.to_json(),
+        "dltrain.delta_uri": plan.ref.uri,
+        "dltrain.delta_version": str(plan.ref.version),
+        "dltrain.data_filter": canonical_json(plan.data_filter),
+        "dltrain.provider_version": __version__,
+        **_identity(fn, plan, params, code_version),
+        "dltrain.backend": backend_name,
+        "dltrain.world_size": str(world_size),
+    }
+    cut = cutoff or data_cutoff(plan.data_filter, plan.partition_columns)
+    if cut:
+        all_tags["dltrain.data_cutoff"] = str(cut)
+    config = None if tracking is False else (tracking or TrackingConfig())
+    experiment_id = None
+    if config is not None:
+        from airflow_provider_dltrain.training.tracking import start_run
+
+        run_id, experiment_id = start_run(
+            config,
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tags=all_tags,
+            params=params,
+            plan=plan,
+        )
+    else:
+        run_id = uuid.uuid4().hex
+    return TrackedRun(
+        fn, plan, params, int(params.get("seed", 0)), all_tags, config, run_id, experiment_id, world_size
+    )
+
+
 def run_training(
     train_fn: TrainFn | str,
     dataset: DeltaRef | Mapping[str, Any] | str,
@@ -141,43 +213,25 @@ def run_training(
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
     """
-    from airflow_provider_dltrain import __version__
-
-    fn = load_train_fn(train_fn)
     runner = get_backend(backend, backend_options)
-    params = dict(hparams or {})
-    seed = int(params.get("seed", 0))
-    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
-    all_tags = {
-        **{k: str(v) for k, v in (tags or {}).items() if v is not None},
-        "dltrain.delta_ref": plan.ref.to_json(),
-        "dltrain.delta_uri": plan.ref.uri,
-        "dltrain.delta_version": str(plan.ref.version),
-        "dltrain.data_filter": canonical_json(plan.data_filter),
-        "dltrain.provider_version": __version__,
-        **_identity(fn, plan, params, code_version),
-        "dltrain.backend": runner.name,
-        "dltrain.world_size": str(runner.world_size),
-    }
-    cut = cutoff or data_cutoff(plan.data_filter, plan.partition_columns)
-    if cut:
-        all_tags["dltrain.data_cutoff"] = str(cut)
-    config = None if tracking is False else (tracking or TrackingConfig())
-    experiment_id = None
-    if config is not None:
-        from airflow_provider_dltrain.training.tracking import start_run
-
-        run_id, experiment_id = start_run(
-            config,
-            experiment_name=experiment_name,
-            run_name=run_name,
-            tags=all_tags,
-            params=params,
-            plan=plan,
-        )
-    else:
-        run_id = uuid.uuid4().hex
-    with _failure_ends_run(config, run_id):
+    run = start_tracked_run(
+        train_fn,
+        dataset,
+        hparams,
+        backend_name=runner.name,
+        world_size=runner.world_size,
+        data_filter=data_filter,
+        tracking=tracking,
+        experiment_name=experiment_name,
+        run_name=run_name,
+        tags=tags,
+        cutoff=cutoff,
+        storage_options=storage_options,
+        code_version=code_version,
+    )
+    fn, plan, params, seed, config, run_id = run.fn, run.plan, run.params, run.seed, run.config, run.run_id
+    experiment_id, all_tags = run.experiment_id, run.tags
+    with failure_ends_run(config, run_id):
         job = RankJob(
             fn, plan, params, seed, _run_dir(run_id, runner, plan), config, run_id if config else None
         )
@@ -194,7 +248,7 @@ def run_training(
         )
         report = runner.run(job)
         if config is not None:
-            _finish(config, run_id, report)
+            finish_tracked_run(config, run_id, report)
     return TrainResult(
         run_id=run_id,
         model_uri=report.get("model_uri"),
@@ -212,7 +266,7 @@ def run_training(
 
 
 @contextlib.contextmanager
-def _failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[None]:
+def failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[None]:
     """Whatever fails in the block ends the MLflow run FAILED, with the reason in a tag."""
     from airflow_provider_dltrain.training.tracking import end_failed
 
@@ -224,7 +278,7 @@ def _failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[No
         raise
 
 
-def _finish(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> None:
+def finish_tracked_run(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> None:
     """Log the final metrics rank 0 did not log, then end the run FINISHED."""
     from airflow_provider_dltrain.training.tracking import finish_run
 

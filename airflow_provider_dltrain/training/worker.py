@@ -47,11 +47,14 @@ class RankJob:
     tracking: TrackingConfig | None = field(default=None, repr=False)
     mlflow_run_id: str | None = None
     timeout_s: float = 1800.0
+    # A local directory the launcher keeps across restarts (SageMaker's checkpoint path, synced to
+    # S3 and restored when a spot job resumes); ranks then write checkpoints there directly.
+    checkpoint_path: str | None = None
 
     @property
     def checkpoint_dir(self) -> str:
         """``<run_dir>/checkpoints`` (a URI when the run directory is on shared storage)."""
-        return checkpoint_uri(self.run_dir)
+        return self.checkpoint_path or checkpoint_uri(self.run_dir)
 
     @property
     def storage_options(self) -> StorageOptions:
@@ -127,7 +130,7 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
     from airflow_provider_dltrain.training.context import TrainContext
 
     started = time.monotonic()
-    with rank_checkpoints(job.run_dir, rank, job.storage_options) as checkpoint_dir:
+    with _checkpoints(job, rank) as checkpoint_dir:
         tracker = _tracker(job, rank, checkpoint_dir)
         ctx = TrainContext(
             plan=job.plan,
@@ -156,6 +159,13 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
     }
     write_json(job.run_dir, "ranks", f"rank-{rank}.json", report, job.storage_options)
     return report
+
+
+def _checkpoints(job: RankJob, rank: int) -> contextlib.AbstractContextManager[str]:
+    if job.checkpoint_path:
+        os.makedirs(job.checkpoint_path, exist_ok=True)
+        return contextlib.nullcontext(job.checkpoint_path)
+    return rank_checkpoints(job.run_dir, rank, job.storage_options)
 
 
 def _tracker(job: RankJob, rank: int, checkpoint_dir: str) -> RankTracker | None:
@@ -206,11 +216,15 @@ def record_failure(
 
 def run_rank(payload: bytes) -> dict[str, Any]:
     """Entry point of one training process started by torchrun (or any launcher setting its variables)."""
-    import torch.distributed as dist
-
     from airflow_provider_dltrain.training.pickling import loads
 
-    job: RankJob = loads(payload)
+    return run_rank_job(loads(payload))
+
+
+def run_rank_job(job: RankJob) -> dict[str, Any]:
+    """:func:`run_rank` for a job built in this process (a cloud job's entry point builds its own)."""
+    import torch.distributed as dist
+
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

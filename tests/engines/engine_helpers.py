@@ -10,6 +10,7 @@ TEST_CONFIG = Config(retries={"max_attempts": 1})
 
 EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
+EC2_LIVE = ["pending", "running", "stopping", "stopped"]
 ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
 
 
@@ -22,6 +23,14 @@ def aws_client(service: str, endpoint: str):
         aws_secret_access_key="testing",
         config=TEST_CONFIG,
     )
+
+
+def aws_connection(endpoint: str) -> str:
+    """An Airflow ``aws`` connection (as the JSON of an ``AIRFLOW_CONN_*`` variable) to the fake AWS."""
+    import json
+
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    return json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra})
 
 
 def leaks(endpoint: str) -> list[str]:
@@ -56,4 +65,27 @@ def leaks(endpoint: str) -> list[str]:
                     for r in runs["jobRuns"]
                     if r["state"] in ES_RUN_LIVE
                 ]
+    found += _ec2_leaks(endpoint)
+
+    sm = aws_client("sagemaker", endpoint)
+    for status in ("InProgress", "Stopping"):
+        for page in sm.get_paginator("list_training_jobs").paginate(StatusEquals=status):
+            found += [
+                f"SageMaker training job {j['TrainingJobName']} {status}"
+                for j in page["TrainingJobSummaries"]
+            ]
     return found
+
+
+def _ec2_leaks(endpoint: str) -> list[str]:
+    """Instances not terminated: a training cluster's node, or anything else a test launched."""
+    ec2 = aws_client("ec2", endpoint)
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": EC2_LIVE}]
+    )
+    return [
+        f"EC2 instance {i['InstanceId']} {i['State']['Name']}"
+        for page in pages
+        for r in page["Reservations"]
+        for i in r["Instances"]
+    ]

@@ -326,6 +326,10 @@ def test_sagemaker_stop_training_job_exists(fake_aws):
     )
     with pytest.raises(botocore.exceptions.ClientError, match="Could not find training job"):
         sm.stop_training_job(TrainingJobName="no-such-job")
-    # moto creates training jobs Completed (nothing runs them yet), and a finished job cannot be stopped.
+    # a job that is not a dltrain job completes at once (as moto made it); a finished job cannot be stopped
+    wait_for(
+        lambda: sm.describe_training_job(TrainingJobName=name),
+        lambda j: j["TrainingJobStatus"] == "Completed",
+    )
     with pytest.raises(botocore.exceptions.ClientError, match="in status Completed"):
         sm.stop_training_job(TrainingJobName=name)

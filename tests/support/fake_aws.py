@@ -7,7 +7,7 @@ started and exits 0. Everything else goes to stderr, so a parent may stop readin
 Why one process: moto's backends, its response classes and its module globals can only be patched in
 the process that serves the requests (a ``python -m moto.server`` child cannot be reached), and the
 executor reads the same backend objects the server writes. What each service does is described in
-``fake_glue``, ``fake_emr``, ``fake_emr_serverless`` and ``fake_sagemaker``.
+``fake_glue``, ``fake_emr``, ``fake_emr_serverless``, ``fake_sagemaker`` and ``fake_ec2``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from moto.server import ThreadedMotoServer
 
-from tests.support import fake_emr, fake_emr_serverless, fake_glue, fake_sagemaker
+from tests.support import fake_ec2, fake_emr, fake_emr_serverless, fake_glue, fake_sagemaker
 from tests.support.local_executor import LocalCloudExecutor
 
 log = logging.getLogger("fake_aws")
@@ -40,11 +40,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--poll", type=float, default=0.1, help="executor poll interval in seconds")
     parser.add_argument(
         "--workdir", type=Path, help="keep job scripts and logs here (default: a temp dir, removed)"
-    )
-    parser.add_argument(
-        "--hold-sagemaker",
-        action="store_true",
-        help="create training jobs InProgress (only useful with something that finishes them)",
     )
     parser.add_argument("--verbose", action="store_true", help="log every job start and end to stderr")
     return parser.parse_args(argv)
@@ -68,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     fake_glue.install(executor)
     fake_emr.install(executor)
     fake_emr_serverless.install(executor)
-    fake_sagemaker.install(executor, hold_in_progress=args.hold_sagemaker)
+    fake_sagemaker.install(executor)
+    fake_ec2.install(executor)
     executor.start()
 
     stop = threading.Event()

@@ -1,23 +1,61 @@
-"""SageMaker training on the fake AWS: the missing ``StopTrainingJob``, optionally jobs held InProgress.
+"""SageMaker training on the fake AWS: dltrain training jobs really run, under the SDK's torchrun driver.
 
-moto 5.2.5 creates training jobs Completed and has no StopTrainingJob. Nothing runs a training job's
-code yet (a later executor will); until then ``hold_in_progress`` stays off by default, because a job
-held InProgress with nobody to finish it would make every waiter time out.
+moto 5.2.5 creates training jobs Completed, drops ``Environment``, has no StopTrainingJob and lets a
+second job take an existing name. Here:
+
+* ``CreateTrainingJob`` refuses a name in use (``ResourceInUse``, as SageMaker does), keeps
+  ``Environment`` (DescribeTrainingJob then returns it, as SageMaker does) and creates the job
+  ``InProgress``;
+* the executor emulates one training container per job (``InstanceCount`` must be 1): it downloads
+  the ``code`` channel, restores ``CheckpointConfig.S3Uri`` into a local checkpoint directory, and runs
+  the SageMaker SDK's own ``torchrun_driver.py`` with the ``SM_*`` variables SageMaker sets
+  (``SM_ENTRY_SCRIPT`` = the staged ``job_script.py``, ``SM_HPS`` = the job's hyper-parameters,
+  ``SM_DISTRIBUTED_CONFIG`` = ``--processes-per-host`` of ``ContainerArguments``), plus the job's
+  ``Environment``; checkpoints are uploaded when the process ends; the job then becomes Completed,
+  or Failed with ``FailureReason = "AlgorithmError: " + /opt/ml/output/failure`` (else stderr's tail);
+* managed spot: a job whose Environment has ``FAKE_SPOT_INTERRUPT=1`` is interrupted once, shortly
+  after its first checkpoint appears (mid-epoch when epochs take a while): the process group is
+  killed, its checkpoints are uploaded, and the job restarts on a "new instance" whose checkpoint
+  directory is restored from S3 only - the secondary status shows ``Interrupted`` then ``Restarting``;
+* jobs without a ``spec`` hyper-parameter (not ours) complete at once, as moto made them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from moto.core.responses import EmptyResult
 from moto.core.utils import utcnow
 from moto.sagemaker import models as sm_models
-from moto.sagemaker.exceptions import ValidationError
+from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 
-from tests.support.local_executor import LocalCloudExecutor
+from tests.support.local_executor import LocalCloudExecutor, iter_backends, split_s3_uri
 
+log = logging.getLogger("fake_aws.sagemaker")
 STOPPABLE = {"InProgress", "Stopping"}
+INTERRUPT_ENV = "FAKE_SPOT_INTERRUPT"
+INTERRUPT_DELAY_S = 0.3
+
+# Patches the SDK driver's failure file path (fixed at /opt/ml/output/failure) and runs it.
+DRIVER_SHIM = """\
+import os, runpy, sys
+drivers = sys.argv[1]
+sys.path.insert(0, drivers)
+import common.utils
+common.utils.FAILURE_FILE = os.environ["DLTRAIN_FAILURE_FILE"]
+script = os.path.join(drivers, "distributed_drivers", "torchrun_driver.py")
+sys.argv = [script]
+runpy.run_path(script, run_name="__main__")
+"""
 
 
 def job_key(account: str, region: str, name: str) -> tuple[str, ...]:
@@ -38,17 +76,192 @@ def set_status(job: Any, status: str, secondary: str, reason: str | None = None)
         job.failure_reason = reason  # moto builds the response from __dict__: becomes FailureReason
 
 
-def install(ex: LocalCloudExecutor, hold_in_progress: bool = False) -> None:
-    if hold_in_progress:
-        original_init = sm_models.FakeTrainingJob.__init__
+def drivers_dir() -> Path:
+    """The installed SageMaker SDK's container drivers (found without importing the SDK)."""
+    spec = importlib.util.find_spec("sagemaker")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the sagemaker SDK is not installed: its torchrun driver runs the jobs")
+    return Path(next(iter(spec.submodule_search_locations))) / "train" / "container_drivers"
 
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(self, *args, **kwargs)
-            self.training_job_status = "InProgress"
-            self.secondary_status = "Starting"
+
+class Container:
+    """One emulated training container of a job: its directories, environment and checkpoint sync."""
+
+    def __init__(self, ex: LocalCloudExecutor, job: Any, region: str) -> None:
+        self.ex, self.job, self.region = ex, job, region
+        self.root = ex.new_workdir("sagemaker")
+        self.code = self.root / "input" / "data" / "code"
+        self.checkpoints = self.root / "checkpoints"
+        self.failure_file = self.root / "output" / "failure"
+        self.interrupted = False
+
+    def _download_prefix(self, uri: str, target: Path) -> None:
+        bucket, prefix = split_s3_uri(uri.rstrip("/") + "/_")
+        prefix = prefix[:-1]
+        s3 = self.ex._s3
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                path = target / obj["Key"][len(prefix) :]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+
+    def restore_checkpoints(self) -> None:
+        shutil.rmtree(self.checkpoints, ignore_errors=True)  # a new instance starts empty
+        self.checkpoints.mkdir(parents=True)
+        uri = (self.job.checkpoint_config or {}).get("S3Uri")
+        if uri:
+            self._download_prefix(uri, self.checkpoints)
+
+    def upload_checkpoints(self) -> None:
+        uri = (self.job.checkpoint_config or {}).get("S3Uri")
+        if not uri or not self.checkpoints.exists():
+            return
+        bucket, prefix = split_s3_uri(uri.rstrip("/") + "/_")
+        for path in self.checkpoints.rglob("*"):
+            if path.is_file() and not path.name.endswith(".tmp"):
+                key = prefix[:-1] + path.relative_to(self.checkpoints).as_posix()
+                self.ex._s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+
+    def environment(self) -> dict[str, str]:
+        job = self.job
+        args = list(job.algorithm_specification.get("ContainerArguments") or [])
+        per_host = int(args[args.index("--processes-per-host") + 1]) if "--processes-per-host" in args else 1
+        env = {str(k): str(v) for k, v in (getattr(job, "environment", None) or {}).items()}
+        env.update(
+            {
+                "SM_ENTRY_SCRIPT": str(self.code / "job_script.py"),
+                "SM_HPS": json.dumps(job.hyper_parameters or {}),
+                "SM_DISTRIBUTED_CONFIG": json.dumps({"process_count_per_node": per_host}),
+                "SM_HOST_COUNT": "1",
+                "SM_HOSTS": '["algo-1"]',
+                "SM_CURRENT_HOST": "algo-1",
+                "SM_CURRENT_INSTANCE_TYPE": job.resource_config["InstanceType"],
+                "TRAINING_JOB_NAME": job.training_job_name,
+                "DLTRAIN_CHECKPOINT_DIR": str(self.checkpoints),
+                "DLTRAIN_FAILURE_FILE": str(self.failure_file),
+                # the driver calls ``torchrun``: the one next to this interpreter
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            }
+        )
+        return env
+
+    def download_channels(self) -> None:
+        """Every S3 input channel into ``input/data/<channel>/``, as SageMaker does before starting."""
+        for channel in self.job.input_data_config or []:
+            source = channel["DataSource"]["S3DataSource"]["S3Uri"]
+            target = self.root / "input" / "data" / channel["ChannelName"]
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            self._download_prefix(source, target)
+
+    def start(self) -> None:
+        self.download_channels()
+        self.restore_checkpoints()
+        self.failure_file.unlink(missing_ok=True)
+        self.failure_file.parent.mkdir(parents=True, exist_ok=True)
+        shim = self.root / "run_driver.py"
+        shim.write_text(DRIVER_SHIM)
+        key = job_key(self.job.account_id, self.region, self.job.training_job_name)
+        self.started = time.monotonic()
+        self.ex.start_process(
+            key,
+            "sagemaker",
+            self.root,
+            [sys.executable, str(shim), str(drivers_dir())],
+            self.on_exit,
+            region=self.region,
+            env_extra=self.environment(),
+        )
+
+    def on_exit(self, returncode: int, message: str) -> None:
+        self.upload_checkpoints()
+        if returncode == 0:
+            set_status(self.job, "Completed", "Completed")
+            return
+        reason = self.failure_file.read_text().strip() if self.failure_file.exists() else ""
+        reason = reason or message
+        log.warning(
+            "job %s failed; stdout tail:\n%s", self.job.training_job_name, _tail(self.root / "stdout")
+        )
+        set_status(self.job, "Failed", "Failed", f"AlgorithmError: {reason}"[:1024])
+
+    def maybe_interrupt(self) -> None:
+        """Emulate a spot reclaim once, just after the first checkpoint appeared."""
+        env = getattr(self.job, "environment", None) or {}
+        if self.interrupted or not self.job.enable_managed_spot_training or env.get(INTERRUPT_ENV) != "1":
+            return
+        if not any(p.suffix == ".pt" for p in self.checkpoints.glob("*")):
+            self.first_seen = None
+            return
+        self.first_seen = getattr(self, "first_seen", None) or time.monotonic()
+        if time.monotonic() - self.first_seen < INTERRUPT_DELAY_S:
+            return
+        self.interrupted = True
+        key = job_key(self.job.account_id, self.region, self.job.training_job_name)
+        self.ex.kill(key)
+        self.upload_checkpoints()
+        set_status(self.job, "InProgress", "Interrupted")
+        log.info("interrupted spot job %s; restarting", self.job.training_job_name)
+        set_status(self.job, "InProgress", "Restarting")
+        self.start()
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+CONTAINERS: dict[tuple[str, ...], Container] = {}
+
+
+def scan(ex: LocalCloudExecutor) -> None:
+    for account, region, backend in iter_backends(sm_models.sagemaker_backends):
+        for job in list(backend.training_jobs.values()):
+            key = job_key(account, region, job.training_job_name)
+            if key in CONTAINERS and ex.is_running(key):
+                CONTAINERS[key].maybe_interrupt()
+            with ex.lock:
+                if not ex.claim(key) or job.training_job_status != "InProgress":
+                    continue
+                if "spec" not in (job.hyper_parameters or {}):
+                    set_status(job, "Completed", "Completed")  # not a dltrain job: as moto made it
+                    continue
+                try:
+                    if int(job.resource_config.get("InstanceCount", 1)) != 1:
+                        raise ValueError("the fake runs one instance per job")
+                    job.account_id = account
+                    container = CONTAINERS[key] = Container(ex, job, region)
+                    set_status(job, "InProgress", "Training")
+                    container.start()
+                except Exception as exc:  # one bad job fails alone, visibly
+                    set_status(job, "Failed", "Failed", f"fake_aws could not start the job: {exc}")
+
+
+def install(ex: LocalCloudExecutor, hold_in_progress: bool = True) -> None:
+    original_init = sm_models.FakeTrainingJob.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.training_job_status = "InProgress" if hold_in_progress else "Completed"
+        self.secondary_status = "Starting" if hold_in_progress else "Completed"
+        if hold_in_progress:
             self.training_end_time = None
 
-        sm_models.FakeTrainingJob.__init__ = __init__
+    sm_models.FakeTrainingJob.__init__ = __init__
+    original_create = SageMakerResponse.create_training_job
+
+    def create_training_job(self: SageMakerResponse) -> Any:
+        name = self._get_param("TrainingJobName")
+        backend = self.sagemaker_backend
+        if name in backend.training_jobs:
+            raise ResourceInUseException(message=f"Training job names must be unique: {name} exists")
+        response = original_create(self)
+        backend.training_jobs[name].environment = self._get_param("Environment") or {}
+        return response
+
+    SageMakerResponse.create_training_job = create_training_job
 
     def stop_training_job(self: SageMakerResponse) -> EmptyResult:
         name = self._get_param("TrainingJobName")
@@ -68,3 +281,4 @@ def install(ex: LocalCloudExecutor, hold_in_progress: bool = False) -> None:
         return EmptyResult()
 
     SageMakerResponse.stop_training_job = stop_training_job
+    ex.scanners.append(scan)

@@ -166,12 +166,40 @@ class LocalCloudExecutor:
         log_prefix: str | None = None,
     ) -> LocalJob:
         """Download ``script_uri`` from moto S3 and start ``python script *args``; raise on any failure."""
-        workdir = Path(tempfile.mkdtemp(prefix=f"{engine}-", dir=self.root))
+        workdir = self.new_workdir(engine)
         bucket, s3_key = split_s3_uri(script_uri)
         script = workdir / (Path(s3_key).name or "script.py")
         body = self._s3.get_object(Bucket=bucket, Key=s3_key)["Body"].read()
         script.write_bytes(body)
+        job = self.start_process(
+            key,
+            engine,
+            workdir,
+            [sys.executable, str(script), *args],
+            on_exit,
+            region=region,
+            log_prefix=log_prefix,
+        )
+        log.info("started %s pid=%s: %s %s", key, job.proc.pid, script_uri, args)
+        return job
+
+    def new_workdir(self, engine: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{engine}-", dir=self.root))
+
+    def start_process(
+        self,
+        key: tuple[str, ...],
+        engine: str,
+        workdir: Path,
+        argv: list[str],
+        on_exit: ExitCallback,
+        region: str = "us-east-1",
+        log_prefix: str | None = None,
+        env_extra: dict[str, str] | None = None,
+    ) -> LocalJob:
+        """Start ``argv`` in ``workdir`` with the fake AWS's environment (plus ``env_extra``)."""
         env = dict(os.environ)
+        env.update(env_extra or {})
         env.update(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
@@ -188,7 +216,7 @@ class LocalCloudExecutor:
         env.pop("AWS_PROFILE", None)  # a profile would win over the test keys in some SDKs
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, str(script), *args],
+                argv,
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -200,7 +228,6 @@ class LocalCloudExecutor:
         job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix)
         with self.lock:
             self.jobs[key] = job
-        log.info("started %s pid=%s: %s %s", key, proc.pid, script_uri, args)
         return job
 
     def is_running(self, key: tuple[str, ...]) -> bool:

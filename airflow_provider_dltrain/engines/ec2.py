@@ -1,0 +1,417 @@
+"""A per-run EC2 cluster: launch rank 0, read its private IP, launch the workers, always terminate.
+
+Each instance's user data renders a node plan (:mod:`~airflow_provider_dltrain.engines.ec2_plan`)
+that starts ``torchrun`` with a static rendezvous at rank 0's address, or ``horovodrun --gloo``
+from rank 0 over a per-run SSH key. The job's outcome is a status marker rank 0 writes to S3; an
+instance that is gone before the marker exists (spot reclaim, dead-man switch, a crash) fails the
+job with that instance's reason. Every instance carries the task's identity tags, so ``teardown``
+terminates by tag, a retry re-attaches by tag, and ``dltrain reap`` finds instances whose task died.
+
+EC2 ignores nothing here that matters, but moto ignores ``ClientToken``, and a token alone would not
+cover a crash between rank 0's and the workers' launches: the cluster is deduplicated by a tag lookup
+before each launch, so a retry completes the cluster it finds instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.ec2_plan import (
+    HOROVODRUN,
+    LAUNCHERS,
+    NodePlan,
+    render_user_data,
+    ssh_key_pair,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+# Amazon Linux 2023 from its SSM public parameter; a Deep Learning AMI's parameter is better for GPUs.
+DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+LIVE = ["pending", "running", "stopping", "stopped"]
+GONE = {"shutting-down", "terminated", "stopping", "stopped"}
+JOB_TAG, RANK_TAG, MANAGED_TAG = "dltrain:job", "dltrain:node_rank", "dltrain:managed"
+
+
+class Ec2Engine(TrainingEngine):
+    """Run a training job on ``instance_count`` fresh EC2 instances, one node plan each.
+
+    Each node runs ``job_script.py --spec <uri> --code <uri>`` under its launcher, the same entry
+    as every other engine (a ``TrainJobSpec`` makes it train one rank).
+
+    :param staging_uri: ``s3://`` prefix for the spec, code, markers, logs (and a Horovod run's key).
+    :param instance_type: e.g. ``"g5.xlarge"``; every node gets the same.
+    :param instance_count: number of nodes (rank 0 is the master / the horovodrun launcher).
+    :param procs_per_node: ranks per node (GPUs per instance on GPU types).
+    :param launcher: ``"torchrun"`` or ``"horovodrun"``.
+    :param image_id: AMI id; default resolved from ``ami_parameter`` (an SSM public parameter).
+    :param instance_profile: instance profile name or ARN: the role the job runs as (S3, MLflow secret).
+    :param subnet_id: subnet of every node (one subnet keeps the nodes close).
+    :param security_group_ids: must allow all TCP between the nodes (rendezvous, NCCL/gloo, SSH).
+    :param max_minutes: dead-man switch: every instance shuts down (and terminates) after this.
+    :param setup_commands: shell lines run before the launcher (``source /opt/venv/bin/activate``).
+    :param python: the Python on the AMI with torch, boto3 and the job's libraries.
+    :param env: plain environment variables of the job (never secrets).
+    :param secret_env: ``{VARIABLE: secret id}`` read from Secrets Manager on the node.
+    :param tracking_secret: Secrets Manager secret (name/ARN) holding the MLflow credentials as JSON,
+        read by the job with the instance profile. Required when the ``mlflow`` connection has
+        credentials: user data is readable by anyone allowed ``ec2:DescribeInstanceAttribute``.
+    :param key_name: an EC2 key pair for logging in while debugging (not needed to run).
+    :param run_instances: more ``RunInstances`` fields (``BlockDeviceMappings``, ``InstanceMarketOptions``).
+    """
+
+    name = "ec2"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        instance_type: str = "m5.xlarge",
+        instance_count: int = 2,
+        procs_per_node: int = 1,
+        launcher: str = "torchrun",
+        image_id: str | None = None,
+        ami_parameter: str = DEFAULT_AMI_PARAMETER,
+        instance_profile: str | None = None,
+        subnet_id: str | None = None,
+        security_group_ids: Sequence[str] = (),
+        max_minutes: int = 240,
+        master_port: int = 29500,
+        setup_commands: Sequence[str] = (),
+        python: str = "python3",
+        env: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        key_name: str | None = None,
+        tracking_secret: str | None = None,
+        run_instances: Mapping[str, Any] | None = None,
+        region: str | None = None,
+    ) -> None:
+        if launcher not in LAUNCHERS:
+            raise InvalidSpecError(f"ec2 launcher must be one of {LAUNCHERS}, got {launcher!r}")
+        if int(instance_count) < 1 or int(procs_per_node) < 1 or int(max_minutes) < 1:
+            raise InvalidSpecError("ec2 instance_count, procs_per_node and max_minutes must be >= 1")
+        self.clients = clients
+        self.ec2 = clients("ec2")
+        self.stager = Stager(staging_uri, clients("s3"))
+        if not self.stager.remote:
+            raise InvalidSpecError("ec2 staging_uri must be an s3:// prefix the instances can read")
+        self.instance_type = instance_type
+        self.instance_count = int(instance_count)
+        self.procs_per_node = int(procs_per_node)
+        self.launcher = launcher
+        self.image_id = image_id
+        self.ami_parameter = ami_parameter
+        self.instance_profile = instance_profile
+        self.subnet_id = subnet_id
+        self.security_group_ids = list(security_group_ids)
+        self.max_minutes = int(max_minutes)
+        self.master_port = int(master_port)
+        self.setup_commands = list(setup_commands)
+        self.python = python
+        self.env = dict(env or {})
+        self.secret_env = dict(secret_env or {})
+        self.key_name = key_name
+        self.extra = dict(run_instances or {})
+        self.tracking_secret = tracking_secret
+        self.region = region
+
+    @property
+    def world_size(self) -> int:
+        return self.instance_count * self.procs_per_node
+
+    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
+        """Only a secret's name goes into the user data, never the credentials themselves."""
+        env = job_tracking_env(credentials, self.tracking_secret)
+        if env and not self.tracking_secret:
+            raise InvalidSpecError(
+                "the mlflow connection has credentials, and EC2 user data is readable by anyone allowed "
+                "ec2:DescribeInstanceAttribute: store them in Secrets Manager as JSON "
+                '({"MLFLOW_TRACKING_USERNAME": ..., "MLFLOW_TRACKING_PASSWORD": ...}) and give its '
+                "name as backend option tracking_secret"
+            )
+        self.env.update(env)
+
+    # -- launching ---------------------------------------------------------------------------------
+    def resolve_image(self) -> str:
+        if self.image_id:
+            return self.image_id
+        try:
+            return str(self.clients("ssm").get_parameter(Name=self.ami_parameter)["Parameter"]["Value"])
+        except Exception as err:
+            raise InvalidSpecError(
+                f"cannot resolve the AMI from SSM parameter {self.ami_parameter!r} ({err}); "
+                "give engine option image_id or another ami_parameter"
+            ) from err
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        entry = {
+            "script_uri": staged.script_uri,
+            "args": ["--spec", staged.spec_uri, "--code", staged.code_uri],
+        }
+        run_uri = staged.result_uri.rsplit("/", 1)[0]
+        return self._launch_cluster(
+            staged.spec.identity.job_name, staged.spec.identity.tags(), entry, run_uri
+        )
+
+    def _launch_cluster(
+        self, job: str, tags: Mapping[str, str], entry: dict[str, Any], run_uri: str
+    ) -> JobHandle:
+        """Launch the ranks of ``job`` that have no live instance yet: rank 0 first, then the workers."""
+        found = {int(i["rank"]): i for i in self._instances(job)}
+        public_key = self._public_key(run_uri, fresh=0 not in found) if self.launcher == HOROVODRUN else None
+        image = self.resolve_image() if len(found) < self.instance_count else ""
+        if 0 not in found:
+            found[0] = self._launch(self._plan(job, 0, None, entry, run_uri), tags, image, public_key)
+        master = found[0]["ip"]
+        for rank in range(1, self.instance_count):
+            if rank not in found:  # a retry after a crash completes the cluster it found
+                plan = self._plan(job, rank, master, entry, run_uri)
+                found[rank] = self._launch(plan, tags, image, public_key)
+        if self.launcher == HOROVODRUN:
+            hosts = [found[r]["ip"] for r in range(self.instance_count)]
+            self.stager.put(f"{run_uri}/hosts.json", json.dumps({"hosts": hosts}).encode())
+        ids = [found[r]["id"] for r in range(self.instance_count)]
+        return self._handle(job, ids, f"{run_uri}/result.json")
+
+    def _plan(self, job: str, rank: int, master: str | None, entry: dict[str, Any], run_uri: str) -> NodePlan:
+        return NodePlan(
+            job_name=job,
+            node_rank=rank,
+            num_nodes=self.instance_count,
+            procs_per_node=self.procs_per_node,
+            master_addr=master,
+            master_port=self.master_port,
+            launcher=self.launcher,
+            entry=entry,
+            run_uri=run_uri,
+            status_uri=f"{run_uri}/status.json",
+            hosts_uri=f"{run_uri}/hosts.json",
+            ssh_key_uri=f"{run_uri}/ssh/id_ed25519",
+            wait_s=float(self.max_minutes * 60),
+            env=self.env,
+            secret_env=self.secret_env,
+        )
+
+    def _public_key(self, run_uri: str, *, fresh: bool) -> str:
+        """The run's key pair: private half on S3 for rank 0 (removed at teardown), public in user data."""
+        if not fresh:
+            existing = self.stager.get(f"{run_uri}/ssh/id_ed25519.pub")
+            if existing is not None:
+                return existing.decode()
+        private, public = ssh_key_pair()
+        self.stager.put(f"{run_uri}/ssh/id_ed25519", private)
+        self.stager.put(f"{run_uri}/ssh/id_ed25519.pub", public.encode())
+        return public
+
+    def user_data(self, plan: NodePlan, public_key: str | None = None) -> str:
+        return render_user_data(
+            plan,
+            max_minutes=self.max_minutes,
+            python=self.python,
+            setup_commands=self.setup_commands,
+            ssh_public_key=public_key,
+        )
+
+    def request(
+        self, plan: NodePlan, identity_tags: Mapping[str, str], image: str, public_key: str | None
+    ) -> dict[str, Any]:
+        """The ``RunInstances`` request of one node."""
+        tags = {**identity_tags, JOB_TAG: plan.job_name, RANK_TAG: str(plan.node_rank)}
+        tags.update({MANAGED_TAG: "true", "Name": f"{plan.job_name}-{plan.node_rank}"})
+        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
+        request: dict[str, Any] = {
+            **self.extra,
+            "ImageId": image,
+            "InstanceType": self.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": self.user_data(plan, public_key),
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "ClientToken": f"{plan.job_name}-{plan.node_rank}"[:64],
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
+        }
+        if self.instance_profile:
+            key = "Arn" if self.instance_profile.startswith("arn:") else "Name"
+            request["IamInstanceProfile"] = {key: self.instance_profile}
+        if self.subnet_id:
+            request["SubnetId"] = self.subnet_id
+        if self.security_group_ids:
+            request["SecurityGroupIds"] = self.security_group_ids
+        if self.key_name:
+            request["KeyName"] = self.key_name
+        return request
+
+    def _launch(
+        self, plan: NodePlan, tags: Mapping[str, str], image: str, public_key: str | None
+    ) -> dict[str, Any]:
+        instance = self.ec2.run_instances(**self.request(plan, tags, image, public_key))["Instances"][0]
+        return {"id": instance["InstanceId"], "ip": instance.get("PrivateIpAddress"), "rank": plan.node_rank}
+
+    # -- finding and watching ----------------------------------------------------------------------
+    def _describe(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        pages = self.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        return [i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])]
+
+    def _instances(self, job: str, states: Sequence[str] = LIVE) -> list[dict[str, Any]]:
+        filters = [
+            {"Name": f"tag:{JOB_TAG}", "Values": [job]},
+            {"Name": "instance-state-name", "Values": list(states)},
+        ]
+        return [_summary(i) for i in self._describe(filters)]
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        """The cluster an earlier try of this task launched, completed if a crash cut its launch short."""
+        filters = [
+            {"Name": "tag:dltrain:task_key", "Values": [identity.task_key]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+        live = [_summary(i) for i in self._describe(filters)]
+        jobs = sorted({i["job"] for i in live}, key=lambda job: int(job.rsplit("-t", 1)[-1] or 0))
+        if not jobs:
+            return None
+        job = jobs[-1]
+        rank0 = [i for i in live if i["job"] == job and i["rank"] == "0"]
+        if not rank0:  # workers without their master can never finish: end them, start afresh
+            terminate_job(self.ec2, job)
+            return None
+        plan = self._plan_of(rank0[0]["id"])
+        tags = {
+            k: v
+            for k, v in rank0[0]["tags"].items()
+            if k.startswith("dltrain:") and k not in (JOB_TAG, RANK_TAG)
+        }
+        tags.pop(MANAGED_TAG, None)
+        return self._launch_cluster(job, tags, plan["entry"], plan["run_uri"])
+
+    def _plan_of(self, instance_id: str) -> dict[str, Any]:
+        import base64
+
+        from airflow_provider_dltrain.engines.ec2_plan import parse_plan
+
+        attribute = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        return parse_plan(base64.b64decode(attribute["UserData"]["Value"]).decode())
+
+    def _handle(self, job: str, instance_ids: list[str], result_uri: str) -> JobHandle:
+        url = None
+        if self.region:
+            url = (
+                f"https://{self.region}.console.aws.amazon.com/ec2/home?region={self.region}"
+                f"#Instances:tag:{JOB_TAG}={job}"
+            )
+        ids = {"job_name": job, "instance_ids": instance_ids}
+        return JobHandle(self.name, ids, result_uri, url, {"job_name": job})
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        run_uri = handle.result_uri.rsplit("/", 1)[0]
+        marker = self._marker(f"{run_uri}/status.json")
+        if marker is not None:
+            state = SUCCEEDED if marker.get("state") == SUCCEEDED else FAILED
+            return JobStatus(state, str(marker.get("state")), str(marker.get("error") or ""))
+        instances = self._instances(handle.ids["job_name"], [*LIVE, "shutting-down", "terminated"])
+        by_id = {i["id"]: i for i in instances}
+        for instance_id in handle.ids["instance_ids"]:
+            instance = by_id.get(instance_id)
+            if instance is None or instance["state"] in GONE:
+                failure = self._node_failure(run_uri, instance_id, instance)
+                if failure is not None:
+                    return failure
+        if any(by_id.get(i, {}).get("state") == "pending" for i in handle.ids["instance_ids"]):
+            return JobStatus(PENDING, "pending")
+        return JobStatus(RUNNING, "running")
+
+    def _node_failure(
+        self, run_uri: str, instance_id: str, instance: dict[str, Any] | None
+    ) -> JobStatus | None:
+        """Why the job failed with this instance gone, or None when its node had finished fine."""
+        if instance is None:
+            return JobStatus(FAILED, "instance missing", f"EC2 instance {instance_id} no longer exists")
+        marker = self._marker(f"{run_uri}/nodes/{instance['rank']}.json")
+        if marker is not None and marker.get("state") == SUCCEEDED and instance["rank"] != "0":
+            return None
+        if marker is not None and marker.get("error"):
+            return JobStatus(FAILED, "node failed", f"node {instance['rank']} failed: {marker['error']}")
+        reason = instance["reason"] or "no reason given"
+        return JobStatus(
+            FAILED,
+            f"instance {instance['state']}",
+            f"EC2 instance {instance_id} (node {instance['rank']}) is {instance['state']} before the job "
+            f"finished ({reason}): a spot reclaim, the {self.max_minutes}-minute dead-man switch or a "
+            f"crash; its log, if any, is {run_uri}/logs/node-{instance['rank']}.log",
+        )
+
+    def _marker(self, uri: str) -> dict[str, Any] | None:
+        raw = self.stager.get(uri)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return {"state": FAILED, "error": f"marker {uri} is not JSON"}
+        return (
+            data if isinstance(data, dict) else {"state": FAILED, "error": f"marker {uri} is not an object"}
+        )
+
+    # -- ending ------------------------------------------------------------------------------------
+    def cancel(self, handle: JobHandle) -> None:
+        """There is no job apart from the cluster: cancelling is terminating it."""
+        self.teardown(handle)
+
+    def teardown(self, handle: JobHandle) -> None:
+        job = handle.created.get("job_name") or handle.ids["job_name"]
+        terminate_job(self.ec2, job)
+        run_uri = handle.result_uri.rsplit("/", 1)[0]
+        self.stager.delete(f"{run_uri}/ssh/id_ed25519")
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(f"ec2 job {handle.ids['job_name']} wrote no result at {handle.result_uri}")
+        return data
+
+
+def terminate_job(ec2: Any, job: str) -> list[str]:
+    """Terminate every live instance tagged with ``job``; the ids it terminated."""
+    return terminate_tagged(ec2, {JOB_TAG: job})
+
+
+def terminate_tagged(ec2: Any, tags: Mapping[str, str]) -> list[str]:
+    """Terminate every live instance carrying all of ``tags``; the ids it terminated."""
+    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
+    filters.append({"Name": "instance-state-name", "Values": LIVE})
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    ids = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if ids:
+        ec2.terminate_instances(InstanceIds=ids)
+    return ids
+
+
+def _summary(instance: Mapping[str, Any]) -> dict[str, Any]:
+    tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    return {
+        "id": instance["InstanceId"],
+        "ip": instance.get("PrivateIpAddress"),
+        "rank": tags.get(RANK_TAG, "0"),
+        "job": tags.get(JOB_TAG, ""),
+        "state": instance["State"]["Name"],
+        "reason": (instance.get("StateReason") or {}).get("Message")
+        or instance.get("StateTransitionReason", ""),
+        "tags": tags,
+    }

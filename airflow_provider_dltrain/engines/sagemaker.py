@@ -1,0 +1,282 @@
+"""SageMaker training: one ``CreateTrainingJob`` per try, built here (boto3 shape, no SDK needed).
+
+The container's entry point is ``sagemaker_launch.py`` from the ``code`` channel: it reads
+SageMaker's resource config and starts ``job_script.py --spec <uri> --code <uri>`` (the
+hyper-parameters) on every process of every host under torchrun, or under mpirun for Horovod. The
+job reads the pinned Delta version itself with its role; rank 0 logs metrics and the model to
+the MLflow run the launcher opened and writes its report beside the spec. Checkpoints go to
+``/opt/ml/checkpoints``, which SageMaker syncs to ``CheckpointConfig.S3Uri`` and restores when a
+managed spot job resumes.
+
+Job names are ``RunIdentity.job_name`` (``dltrain-<task>-<task key>-t<try>``): a retry lists the
+task's InProgress jobs by their common prefix and re-attaches instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.staging import Stager, job_script
+from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, TrainingEngine, job_tracking_env
+from airflow_provider_dltrain.exceptions import InvalidSpecError, require
+
+log = logging.getLogger(__name__)
+
+STATES = {
+    "InProgress": RUNNING,
+    "Stopping": RUNNING,
+    "Completed": SUCCEEDED,
+    "Failed": FAILED,
+    "Stopped": CANCELLED,
+}
+DISTRIBUTIONS = ("torchrun", "mpi")
+CODE_DIR = "/opt/ml/input/data/code"
+CHECKPOINT_DIR = "/opt/ml/checkpoints"
+LAUNCHER = "sagemaker_launch.py"
+
+
+def _launcher() -> bytes:
+    from airflow_provider_dltrain.engines import sagemaker_launch
+
+    return Path(sagemaker_launch.__file__ or "").read_bytes()
+
+
+class SageMakerEngine(TrainingEngine):
+    """Run ``train(ctx)`` as a SageMaker training job on ``instance_count x processes_per_host`` ranks.
+
+    :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
+    :param staging_uri: ``s3://`` prefix for the spec, code, results, checkpoints and outputs.
+    :param role: the execution role ARN (reads the tables and staging, writes checkpoints).
+    :param image_uri: the training image; default: the PyTorch training image for
+        ``framework_version``/``py_version`` (needs the ``[sagemaker]`` extra to look it up).
+    :param instance_type: e.g. ``"ml.g5.xlarge"``; ``instance_count`` hosts of it.
+    :param processes_per_host: ranks per host (GPUs per instance, or 1-2 on CPU).
+    :param distribution: ``"torchrun"`` or ``"mpi"`` (Horovod; the image needs sshd, mpirun, horovod).
+    :param use_spot: managed spot training; ``max_wait_s`` (default ``2 x max_run_s``) bounds waiting
+        for capacity plus running; the job resumes from the last checkpoint after an interruption.
+    :param checkpoint_uri: where checkpoints persist (default: per task and inputs under staging).
+    :param tracking_secret: a Secrets Manager secret (name/ARN) with the MLflow credentials as JSON;
+        the job reads it with its role. Without one, credentials of the ``mlflow`` connection are
+        put in the job's environment (visible to whoever may describe the job).
+    :param environment: more (non-secret) environment variables for the job.
+    :param vpc_config: ``{"Subnets": [...], "SecurityGroupIds": [...]}`` to reach a private MLflow.
+    """
+
+    name = "sagemaker"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        role: str,
+        image_uri: str | None = None,
+        instance_type: str = "ml.m5.xlarge",
+        instance_count: int = 1,
+        processes_per_host: int = 1,
+        distribution: str = "torchrun",
+        use_spot: bool = False,
+        max_run_s: int = 86400,
+        max_wait_s: int | None = None,
+        checkpoint_uri: str | None = None,
+        tracking_secret: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        volume_size_gb: int = 30,
+        vpc_config: Mapping[str, Sequence[str]] | None = None,
+        framework_version: str = "2.5",
+        py_version: str = "py311",
+        mpi_options: Sequence[str] = (),
+        region: str | None = None,
+    ) -> None:
+        if not role or not str(role).startswith("arn:"):
+            raise InvalidSpecError(
+                f"backend option role must be the job's execution role ARN "
+                f"(arn:aws:iam::<account>:role/<name>), got {role!r}"
+            )
+        if distribution not in DISTRIBUTIONS:
+            raise InvalidSpecError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
+        if int(instance_count) < 1 or int(processes_per_host) < 1:
+            raise InvalidSpecError("instance_count and processes_per_host must be >= 1")
+        if max_wait_s is not None and not use_spot:
+            raise InvalidSpecError("max_wait_s applies to spot jobs only: set use_spot=True or drop it")
+        self.sagemaker = clients("sagemaker")
+        self.stager = Stager(staging_uri, clients("s3"))
+        self.role, self.image_uri = role, image_uri
+        self.instance_type, self.instance_count = instance_type, int(instance_count)
+        self.processes_per_host, self.distribution = int(processes_per_host), distribution
+        self.use_spot, self.max_run_s = bool(use_spot), int(max_run_s)
+        self.max_wait_s = int(max_wait_s) if max_wait_s is not None else 2 * self.max_run_s
+        if self.use_spot and self.max_wait_s < self.max_run_s:
+            raise InvalidSpecError(f"max_wait_s ({self.max_wait_s}) must be >= max_run_s ({self.max_run_s})")
+        self.checkpoint_uri_option = checkpoint_uri
+        self.tracking_secret = tracking_secret
+        self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
+        self.volume_size_gb, self.vpc_config = int(volume_size_gb), dict(vpc_config or {})
+        self.framework_version, self.py_version = str(framework_version), py_version
+        self.mpi_options = list(mpi_options)
+        self.region = region
+        self._credentials: dict[str, str] = {}
+
+    @property
+    def world_size(self) -> int:
+        return self.instance_count * self.processes_per_host
+
+    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
+        """MLflow credentials for the job's environment (used only when no ``tracking_secret``)."""
+        self._credentials = dict(credentials)
+
+    # -- request -----------------------------------------------------------------------------------
+    def training_image(self) -> str:
+        if self.image_uri:
+            return self.image_uri
+        image_uris = require("sagemaker.core.image_uris", "sagemaker")
+        return str(
+            image_uris.retrieve(
+                framework="pytorch",
+                region=self.region or self.sagemaker.meta.region_name,
+                version=self.framework_version,
+                py_version=self.py_version,
+                instance_type=self.instance_type,
+                image_scope="training",
+            )
+        )
+
+    def _code_channel(self) -> str:
+        """An S3 prefix holding only the launcher and the job script (SageMaker copies all of it)."""
+        launcher, script = _launcher(), job_script()
+        key = hashlib.sha256(launcher + b"\0" + script).hexdigest()[:12]
+        prefix = self.stager.uri("code", f"sagemaker-{key}")
+        self.stager.put_once(f"{prefix}/{LAUNCHER}", launcher)
+        self.stager.put_once(f"{prefix}/job_script.py", script)
+        return prefix + "/"
+
+    def container_arguments(self) -> list[str]:
+        args = [
+            "--distribution",
+            self.distribution,
+            "--processes-per-host",
+            str(self.processes_per_host),
+            "--entry",
+            f"{CODE_DIR}/job_script.py",
+        ]
+        for option in self.mpi_options:
+            args += ["--mpi-option", option]
+        return args
+
+    def request(self, staged: StagedRun) -> dict[str, Any]:
+        """The ``CreateTrainingJob`` request for ``staged`` (exactly what is sent)."""
+        spec = staged.spec
+        identity = spec.identity
+        environment = {
+            **self.environment,
+            **job_tracking_env(self._credentials, self.tracking_secret),
+            CHECKPOINT_DIR_ENV: CHECKPOINT_DIR,
+            "DLTRAIN_ENGINE": self.name,
+        }
+        request: dict[str, Any] = {
+            "TrainingJobName": identity.job_name,
+            "RoleArn": self.role,
+            "AlgorithmSpecification": {
+                "TrainingImage": self.training_image(),
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": ["python3", f"{CODE_DIR}/{LAUNCHER}"],
+                "ContainerArguments": self.container_arguments(),
+            },
+            # Not secrets: where the spec and the code bundle are. SageMaker hands them to the
+            # entry script as ``--spec <uri> --code <uri>``; ``find`` reads them back.
+            "HyperParameters": {"spec": staged.spec_uri, "code": staged.code_uri},
+            "InputDataConfig": [
+                {
+                    "ChannelName": "code",
+                    "DataSource": {
+                        "S3DataSource": {
+                            "S3DataType": "S3Prefix",
+                            "S3Uri": self._code_channel(),
+                            "S3DataDistributionType": "FullyReplicated",
+                        }
+                    },
+                    "InputMode": "File",
+                }
+            ],
+            "OutputDataConfig": {"S3OutputPath": self.stager.uri("output")},
+            "ResourceConfig": {
+                "InstanceType": self.instance_type,
+                "InstanceCount": self.instance_count,
+                "VolumeSizeInGB": self.volume_size_gb,
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": self.max_run_s},
+            "EnableManagedSpotTraining": self.use_spot,
+            "CheckpointConfig": {"S3Uri": spec.checkpoint_uri, "LocalPath": CHECKPOINT_DIR},  # type: ignore[union-attr]
+            "Environment": environment,
+            "Tags": [{"Key": k, "Value": v} for k, v in sorted(identity.tags().items())],
+        }
+        if self.use_spot:
+            request["StoppingCondition"]["MaxWaitTimeInSeconds"] = self.max_wait_s
+        if self.vpc_config:
+            request["VpcConfig"] = {k: list(v) for k, v in self.vpc_config.items()}
+        return request
+
+    # -- engine protocol ---------------------------------------------------------------------------
+    def submit(self, staged: StagedRun) -> JobHandle:
+        request = self.request(staged)
+        name = request["TrainingJobName"]
+        try:
+            self.sagemaker.create_training_job(**request)
+        except self.sagemaker.exceptions.ResourceInUse:
+            # this try already created it (a retried call): attach to it rather than fail
+            log.info("training job %s exists already: attaching to it", name)
+        return self._handle(name, staged.result_uri)
+
+    def _handle(self, name: str, result_uri: str) -> JobHandle:
+        url = None
+        if self.region:
+            url = f"https://{self.region}.console.aws.amazon.com/sagemaker/home?region={self.region}#/jobs/{name}"
+        return JobHandle(self.name, {"job_name": name}, result_uri, url)
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
+        pages = self.sagemaker.get_paginator("list_training_jobs").paginate(
+            NameContains=prefix, StatusEquals="InProgress"
+        )
+        names = sorted(
+            (j["CreationTime"], j["TrainingJobName"])
+            for page in pages
+            for j in page.get("TrainingJobSummaries", [])
+            if j["TrainingJobName"].startswith(prefix)
+        )
+        if not names:
+            return None
+        name = names[-1][1]
+        described = self.sagemaker.describe_training_job(TrainingJobName=name)
+        spec_uri = (described.get("HyperParameters") or {}).get("spec", "")
+        return self._handle(name, spec_uri.rsplit("/", 1)[0] + "/result.json")
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        job = self.sagemaker.describe_training_job(TrainingJobName=handle.ids["job_name"])
+        raw = job["TrainingJobStatus"]
+        secondary = job.get("SecondaryStatus", "")
+        return JobStatus(STATES.get(raw, PENDING), raw, job.get("FailureReason", "") or secondary)
+
+    def cancel(self, handle: JobHandle) -> None:
+        name = handle.ids["job_name"]
+        status = self.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        if status == "InProgress":
+            self.sagemaker.stop_training_job(TrainingJobName=name)
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing to remove: a training job releases its instances when it ends."""

@@ -1,0 +1,371 @@
+"""TrainModelOperator(backend="sagemaker"): the CreateTrainingJob request, and jobs that really train.
+
+Airflow operator → boto3 → the fake AWS (moto) → a local "container" running the SageMaker SDK's own
+torchrun driver → our job script on 2 gloo ranks → Delta on moto S3 read at the pinned version →
+MLflow on SQLite → the rank 0 report back to the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from unittest import mock
+
+import pytest
+from engine_helpers import aws_client, aws_connection
+
+pytestmark = pytest.mark.slow
+
+CONN, MLFLOW_CONN = "aws_sm", "mlflow_sm"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+SECRET_TOKEN = "tok-9f3b7c1e-never-shown"
+DAYS = ("2026-11-24", "2026-11-25")
+
+
+@pytest.fixture(scope="module")
+def sm_lake(fake_aws):
+    """A tiny digits table (2 partitions, ~225 rows) on the fake's S3."""
+    from sm_train_fns import digits_partition
+
+    from airflow_provider_dltrain import lake
+    from airflow_provider_dltrain.lake.storage import s3_storage_options
+
+    bucket = f"sm-{uuid.uuid4().hex[:10]}"
+    aws_client("s3", fake_aws).create_bucket(Bucket=bucket)
+    storage = s3_storage_options(
+        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=fake_aws
+    )
+    ref = None
+    for i, day in enumerate(DAYS):
+        ref = lake.overwrite_partition(
+            f"s3://{bucket}/lake/digits", digits_partition(i, 16), {"ds": day}, storage_options=storage
+        )
+    return {"bucket": bucket, "ref": ref.to_dict(), "storage": storage}
+
+
+@pytest.fixture
+def sm(aws_leak_check, sm_lake, monkeypatch, tmp_path):
+    endpoint = aws_leak_check
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", aws_connection(endpoint))
+    db = tmp_path / "mlflow.db"
+    mlflow_conn = {"conn_type": "mlflow", "host": f"sqlite:///{db}", "password": SECRET_TOKEN}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{MLFLOW_CONN.upper()}", json.dumps(mlflow_conn))
+    secret = f"dltrain/mlflow-{uuid.uuid4().hex[:6]}"
+    secrets = aws_client("secretsmanager", endpoint)
+    secrets.create_secret(Name=secret, SecretString=json.dumps({"MLFLOW_TRACKING_TOKEN": SECRET_TOKEN}))
+    options = {
+        "staging_uri": f"s3://{sm_lake['bucket']}/staging",
+        "role": ROLE,
+        "image_uri": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311",
+        "instance_type": "ml.m5.xlarge",
+        "processes_per_host": 2,
+        "tracking_secret": secret,
+    }
+    yield {
+        **sm_lake,
+        "endpoint": endpoint,
+        "options": options,
+        "mlflow_uri": f"sqlite:///{db}",
+        "secret": secret,
+    }
+    secrets.delete_secret(SecretId=secret, ForceDeleteWithoutRecovery=True)
+
+
+def _operator(sm, task_id, train_fn="sm_train_fns:demo_train", hparams=None, deferrable=False, **options):
+    from airflow_provider_dltrain.operators.training import TrainModelOperator
+
+    return TrainModelOperator(
+        task_id=task_id,
+        dataset=sm["ref"],
+        train_fn=train_fn,
+        hparams=hparams or {"epochs": 2, "batch_size": 16, "seed": 3},
+        data_filter=[["ds", "<=", DAYS[-1]]],
+        backend="sagemaker",
+        backend_options={**sm["options"], **options},
+        mlflow_conn_id=MLFLOW_CONN,
+        aws_conn_id=CONN,
+        poll_interval=0.5,
+        deferrable=deferrable,
+    )
+
+
+def _context(task_id, try_number=1, run_id=None):
+    ti = mock.MagicMock(
+        dag_id="sm_dag",
+        run_id=run_id or f"manual__{uuid.uuid4().hex[:8]}",
+        task_id=task_id,
+        try_number=try_number,
+        map_index=-1,
+    )
+    return {"ti": ti, "dag_run": mock.MagicMock(dag_id="sm_dag"), "run_id": ti.run_id, "logical_date": None}
+
+
+def _run(sm, run_id):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=sm["mlflow_uri"]).get_run(run_id)
+
+
+def _jobs(sm, contains):
+    client = aws_client("sagemaker", sm["endpoint"])
+    return [j for j in client.list_training_jobs(NameContains=contains)["TrainingJobSummaries"]]
+
+
+def test_the_create_training_job_request_is_exactly_what_sagemaker_needs(sm):
+    from airflow_provider_dltrain.engines.spec import RunIdentity
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+    from airflow_provider_dltrain.hooks.engines import EngineHook
+
+    engine = EngineHook(CONN).get_engine("sagemaker", {**sm["options"], "use_spot": True, "max_run_s": 3600})
+    engine.set_job_credentials({"MLFLOW_TRACKING_TOKEN": SECRET_TOKEN})
+    identity = RunIdentity(dag_id="d", run_id="r1", task_id="train", try_number=2)
+    spec = TrainJobSpec(
+        train_fn="sm_train_fns:demo_train",
+        dataset=sm["ref"],
+        data_filter=[],
+        hparams={"epochs": 1},
+        seed=0,
+        world_size=2,
+        data_fingerprint="f" * 64,
+        identity=identity,
+        tracking_uri=sm["mlflow_uri"],
+    )
+    staged = engine.stage(spec)
+    request = engine.request(staged)
+    root = sm["options"]["staging_uri"]
+    code_channel = request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"]
+    assert code_channel.startswith(f"{root}/code/sagemaker-") and code_channel.endswith("/")
+    assert request == {
+        "TrainingJobName": identity.job_name,
+        "RoleArn": ROLE,
+        "AlgorithmSpecification": {
+            "TrainingImage": sm["options"]["image_uri"],
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": ["python3", "/opt/ml/input/data/code/sagemaker_launch.py"],
+            "ContainerArguments": [
+                "--distribution",
+                "torchrun",
+                "--processes-per-host",
+                "2",
+                "--entry",
+                "/opt/ml/input/data/code/job_script.py",
+            ],
+        },
+        "HyperParameters": {"spec": staged.spec_uri, "code": staged.code_uri},
+        "InputDataConfig": [
+            {
+                "ChannelName": "code",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": code_channel,
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
+                "InputMode": "File",
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": f"{root}/output"},
+        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200},
+        "EnableManagedSpotTraining": True,
+        "CheckpointConfig": {"S3Uri": staged.spec.checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"},
+        "Environment": {
+            "DLTRAIN_MLFLOW_SECRET_ID": sm["secret"],
+            "DLTRAIN_CHECKPOINT_DIR": "/opt/ml/checkpoints",
+            "DLTRAIN_ENGINE": "sagemaker",
+        },
+        "Tags": [{"Key": k, "Value": v} for k, v in sorted(identity.tags().items())],
+    }
+    assert staged.spec.checkpoint_uri.startswith(f"{root}/runs/{identity.task_key}/checkpoints/")
+    assert SECRET_TOKEN not in json.dumps(request) + staged.spec.to_json()
+    # without a secret the connection's credentials go to the job's environment, never elsewhere
+    engine.tracking_secret = None
+    bare = engine.request(staged)
+    assert bare["Environment"]["MLFLOW_TRACKING_TOKEN"] == SECRET_TOKEN
+    assert SECRET_TOKEN not in json.dumps(bare["HyperParameters"]) + staged.spec.to_json()
+
+
+def test_mpi_distribution_renders_mpirun_for_every_rank_of_every_host(sm):
+    from airflow_provider_dltrain.engines import sagemaker_launch as launch
+    from airflow_provider_dltrain.hooks.engines import EngineHook
+
+    engine = EngineHook(CONN).get_engine(
+        "sagemaker",
+        {**sm["options"], "distribution": "mpi", "instance_count": 2, "mpi_options": ["-x", "NCCL_DEBUG"]},
+    )
+    assert engine.world_size == 4
+    assert engine.container_arguments() == [
+        "--distribution",
+        "mpi",
+        "--processes-per-host",
+        "2",
+        "--entry",
+        "/opt/ml/input/data/code/job_script.py",
+        "--mpi-option",
+        "-x",
+        "--mpi-option",
+        "NCCL_DEBUG",
+    ]
+    args = ["--spec", "s3://b/spec.json", "--code", "s3://b/c.zip"]
+    mpi = launch.mpi_command(
+        ["algo-1", "algo-2"], 2, "job_script.py", args, ["-x", "NCCL_DEBUG"], python="py"
+    )
+    assert mpi[:6] == ["mpirun", "--allow-run-as-root", "--host", "algo-1:2,algo-2:2", "-np", "4"]
+    assert mpi[-8:] == ["-x", "NCCL_DEBUG", "py", "job_script.py", *args]
+    torchrun = launch.torchrun_command(["algo-1", "algo-2"], "algo-2", 2, "job_script.py", args, python="py")
+    assert torchrun == [
+        "py",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=2",
+        "--master_addr=algo-1",
+        "--master_port=29500",
+        "--node_rank=1",
+        "job_script.py",
+        *args,
+    ]
+
+
+def test_a_deferred_sagemaker_job_trains_two_ranks_logs_to_mlflow_and_leaks_no_secret(sm, caplog):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _operator(sm, "train_deferred", deferrable=True)
+    context = _context(op.task_id)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    trigger = deferred.value.trigger
+    kwargs = trigger.serialize()[1]
+
+    async def first_event():
+        return await anext(trigger.run())
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=240))
+    result = _operator(sm, "train_deferred").execute_complete(context, event.payload)
+
+    assert result["world_size"] == 2 and result["model_uri"].startswith("models:/")
+    assert result["dataset"]["version"] == sm["ref"]["version"]
+    run = _run(sm, result["run_id"])
+    assert run.info.status == "FINISHED"
+    assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
+    assert run.data.tags["dltrain.backend"] == "sagemaker" and run.data.tags["dltrain.world_size"] == "2"
+    job = aws_client("sagemaker", sm["endpoint"]).describe_training_job(
+        TrainingJobName=event.payload["handle"]["ids"]["job_name"]
+    )
+    assert job["TrainingJobStatus"] == "Completed"
+    pushed = json.dumps([c.kwargs for c in context["ti"].xcom_push.call_args_list], default=str)
+    everything = pushed + json.dumps(kwargs) + json.dumps(event.payload) + json.dumps(result) + caplog.text
+    everything += (
+        json.dumps(job, default=str) + json.dumps(dict(run.data.params)) + json.dumps(dict(run.data.tags))
+    )
+    assert SECRET_TOKEN not in everything
+
+
+def test_a_failing_job_fails_the_task_with_its_failure_reason_and_ends_the_mlflow_run_failed(sm):
+    from airflow_provider_dltrain.exceptions import TrainingFailedError
+
+    op = _operator(sm, "train_fails", train_fn="sm_train_fns:failing_train")
+    context = _context(op.task_id)
+    with pytest.raises(TrainingFailedError) as failed:
+        op.execute(context)
+    message = str(failed.value)
+    assert "ended Failed: AlgorithmError: rank 1: ValueError: boom on rank 1" in message
+    assert "training failed on rank 1 of 2" in message and "Traceback" in message
+    run_id = json.loads(_jobs_spec(sm, "train-fails"))["mlflow_run_id"]
+    run = _run(sm, run_id)
+    assert run.info.status == "FAILED" and "boom on rank 1" in run.data.tags["dltrain.failure"]
+
+
+def _jobs_spec(sm, contains):
+    s3 = aws_client("s3", sm["endpoint"])
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=sm["bucket"], Prefix="staging/runs/")["Contents"]]
+    job = _jobs(sm, contains)[-1]
+    hp = aws_client("sagemaker", sm["endpoint"]).describe_training_job(TrainingJobName=job["TrainingJobName"])
+    key = hp["HyperParameters"]["spec"].split("/", 3)[3]
+    assert key in keys
+    return s3.get_object(Bucket=sm["bucket"], Key=key)["Body"].read()
+
+
+def _wait_in_progress(sm, contains, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = _jobs(sm, contains)
+        if jobs and jobs[-1]["TrainingJobStatus"] == "InProgress":
+            return jobs[-1]["TrainingJobName"]
+        time.sleep(0.3)
+    raise AssertionError(f"no InProgress job named *{contains}*: {_jobs(sm, contains)}")
+
+
+def test_killing_the_task_stops_the_job_and_ends_the_mlflow_run_failed(sm):
+    op = _operator(sm, "train_killed", train_fn="sm_train_fns:slow_train", hparams={"sleep_s": 600})
+    errors = []
+    thread = threading.Thread(target=lambda: _capture(errors, op.execute, _context(op.task_id)), daemon=True)
+    thread.start()
+    name = _wait_in_progress(sm, "train-killed")
+    op.on_kill()
+    thread.join(timeout=60)
+    client = aws_client("sagemaker", sm["endpoint"])
+    assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
+    assert errors, "the task should fail once its job was stopped"
+    run = _run(sm, json.loads(_jobs_spec(sm, "train-killed"))["mlflow_run_id"])
+    assert run.info.status == "FAILED"
+
+
+def _capture(errors, fn, *args):
+    try:
+        fn(*args)
+    except BaseException as err:
+        errors.append(err)
+
+
+def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job(sm):
+    from airflow_provider_dltrain.operators.engine_run import EngineRun
+
+    class WorkerDied(BaseException):
+        pass
+
+    def crash(self, engine, handle, event):
+        raise WorkerDied  # the worker vanished mid-wait: nothing cancels the job
+
+    hparams = {"epochs": 2, "batch_size": 8, "step_sleep": 0.02}
+    run_id = f"manual__{uuid.uuid4().hex[:8]}"
+    first = _operator(sm, "train_retry", train_fn="sm_train_fns:resumable_train", hparams=hparams)
+    with mock.patch.object(EngineRun, "_finish", crash), pytest.raises(WorkerDied):
+        first.execute(_context(first.task_id, 1, run_id))
+    second = _operator(sm, "train_retry", train_fn="sm_train_fns:resumable_train", hparams=hparams)
+    result = second.execute(_context(second.task_id, 2, run_id))
+    jobs = _jobs(sm, "train-retry")
+    assert len(jobs) == 1 and jobs[0]["TrainingJobName"].endswith("-t1"), jobs
+    assert jobs[0]["TrainingJobStatus"] == "Completed"
+    assert _run(sm, result["run_id"]).info.status == "FINISHED"
+
+
+def test_a_spot_job_interrupted_mid_epoch_resumes_to_the_same_weights_as_an_uninterrupted_one(sm):
+    hparams = {"epochs": 3, "batch_size": 8, "step_sleep": 0.05, "seed": 11}
+    results = {}
+    for task, interrupt in (("spot_plain", "0"), ("spot_interrupted", "1")):
+        op = _operator(
+            sm,
+            task,
+            train_fn="sm_train_fns:resumable_train",
+            hparams=hparams,
+            use_spot=True,
+            max_run_s=600,
+            environment={"FAKE_SPOT_INTERRUPT": interrupt},
+        )
+        results[task] = op.execute(_context(op.task_id))
+    client = aws_client("sagemaker", sm["endpoint"])
+    job = client.describe_training_job(TrainingJobName=_jobs(sm, "spot-interrupted")[-1]["TrainingJobName"])
+    secondary = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert "Interrupted" in secondary and job["TrainingJobStatus"] == "Completed"
+    assert (
+        job["EnableManagedSpotTraining"] is True
+        and job["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    )
+    plain, resumed = results["spot_plain"], results["spot_interrupted"]
+    assert resumed["metrics"]["resumed_from_epoch"] >= 1.0 and plain["metrics"]["resumed_from_epoch"] == 0.0
+    assert resumed["weights_sha256"] == plain["weights_sha256"]
