@@ -28,7 +28,10 @@ def _order(results: Sequence[Mapping[str, Any]], metric: str, mode: str) -> list
 
     def key(item: tuple[int, Mapping[str, Any]]) -> tuple[float, int]:
         value = _value(item[1], metric)
-        return (sign * value if not math.isinf(value) else math.inf, item[0])  # NaN/inf last; ties: order given
+        return (
+            sign * value if not math.isinf(value) else math.inf,
+            item[0],
+        )  # NaN/inf last; ties: order given
 
     return [r for _, r in sorted(enumerate(results), key=key)]
 
@@ -47,7 +50,7 @@ def select_best(results: Sequence[Mapping[str, Any]], metric: str, mode: str = "
 
 def leaderboard(results: Sequence[Mapping[str, Any]], metric: str, mode: str = "min") -> list[dict[str, Any]]:
     """One row per trial, best first: trial, run id, metric value, hparams, early stop step."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rank, result in enumerate(_order([r for r in results if r], metric, mode), start=1):
         stopped = result.get("stopped") or {}
         rows.append(
@@ -77,7 +80,7 @@ def ablation_report(results: Sequence[Mapping[str, Any]], metric: str, mode: str
         )
     base = _value(baseline[0], metric)
     sign = 1.0 if mode == "min" else -1.0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for result in usable:
         component = (result.get("params") or {}).get(ABLATE)
         if component is None:
@@ -94,8 +97,13 @@ def ablation_report(results: Sequence[Mapping[str, Any]], metric: str, mode: str
             }
         )
     rows.sort(key=lambda r: (-r["harm"], r["component"]))
-    return {"metric": metric, "mode": mode, "baseline": base, "baseline_run_id": baseline[0].get("run_id"),
-            "components": rows}
+    return {
+        "metric": metric,
+        "mode": mode,
+        "baseline": base,
+        "baseline_run_id": baseline[0].get("run_id"),
+        "components": rows,
+    }
 
 
 def ablation_markdown(report: Mapping[str, Any]) -> str:

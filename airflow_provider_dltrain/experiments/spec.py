@@ -42,13 +42,13 @@ class Trial:
 def expand_trials(spec: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> list[Trial]:
     """The trials of ``spec``, each with ``fixed`` hyper-parameters under its own (a trial's win)."""
     if not isinstance(spec, Mapping):
-        raise InvalidSpecError(f"search must be a dict such as {{'grid': {{...}}}}, got {type(spec).__name__}")
+        raise InvalidSpecError(
+            f"search must be a dict such as {{'grid': {{...}}}}, got {type(spec).__name__}"
+        )
     kinds = [k for k in KINDS if k in spec]
     unknown = sorted(set(spec) - set(KINDS))
     if len(kinds) != 1 or unknown:
-        raise InvalidSpecError(
-            f"search needs exactly one of {list(KINDS)}; got keys {sorted(spec)}"
-        )
+        raise InvalidSpecError(f"search needs exactly one of {list(KINDS)}; got keys {sorted(spec)}")
     kind = kinds[0]
     base = dict(fixed or {})
     if kind == "ablate":
@@ -57,14 +57,14 @@ def expand_trials(spec: Mapping[str, Any], fixed: Mapping[str, Any] | None = Non
     if not configs:
         raise InvalidSpecError(f"search.{kind} gives no trial: give at least one value")
     width = max(2, len(str(len(configs) - 1)))
-    return [
-        Trial(f"trial-{i:0{width}d}", i, {**base, **config}) for i, config in enumerate(configs)
-    ]
+    return [Trial(f"trial-{i:0{width}d}", i, {**base, **config}) for i, config in enumerate(configs)]
 
 
 def _grid(grid: Any) -> list[dict[str, Any]]:
     if not isinstance(grid, Mapping) or not grid:
-        raise InvalidSpecError("search.grid must map each hparam to a list of values, e.g. {'lr': [0.1, 0.01]}")
+        raise InvalidSpecError(
+            "search.grid must map each hparam to a list of values, e.g. {'lr': [0.1, 0.01]}"
+        )
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise InvalidSpecError(f"search.grid.{key} must be a non-empty list of values, got {values!r}")
@@ -92,7 +92,7 @@ def _draw(rng: random.Random, key: str, dist: Any) -> Any:
             f"search.random.space.{key} must be one of {{'choice': [...]}}, {{'uniform': [lo, hi]}}, "
             f"{{'loguniform': [lo, hi]}}, {{'randint': [lo, hi]}}; got {dist!r}"
         )
-    (name, args), = dist.items()
+    ((name, args),) = dist.items()
     if name == "choice":
         if isinstance(args, (str, bytes)) or not isinstance(args, Sequence) or not args:
             raise InvalidSpecError(f"search.random.space.{key}.choice must be a non-empty list")

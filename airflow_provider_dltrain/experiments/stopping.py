@@ -61,10 +61,14 @@ class StoppingSpec:
         if isinstance(value, StoppingSpec):
             return value
         if not isinstance(value, Mapping):
-            raise InvalidSpecError(f"early_stopping must be a dict like {{'rule': 'median', 'metric': 'val_loss'}}")
+            raise InvalidSpecError(
+                "early_stopping must be a dict like {'rule': 'median', 'metric': 'val_loss'}"
+            )
         unknown = sorted(set(value) - set(cls.__dataclass_fields__))
         if unknown:
-            raise InvalidSpecError(f"early_stopping has unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}")
+            raise InvalidSpecError(
+                f"early_stopping has unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}"
+            )
         try:
             spec = cls(**dict(value))
         except TypeError as err:
@@ -180,7 +184,9 @@ def metric_histories(
     client = config.client()
     parent = client.get_run(parent_run_id)
     runs = client.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'", max_results=10000
+        [parent.info.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
+        max_results=10000,
     )
     out: dict[str, dict[int, float]] = {}
     for run in runs:
@@ -207,7 +213,9 @@ class TrialStopper:
         if self.spec.metric not in metrics or step is None:
             return None
         self.own[int(step)] = float(metrics[self.spec.metric])
-        others = list(metric_histories(self.config, self.parent_run_id, self.spec.metric, self.trial).values())
+        others = list(
+            metric_histories(self.config, self.parent_run_id, self.spec.metric, self.trial).values()
+        )
         decision = self.rule.decide(self.own, others, int(step))
         log.info(
             "early stopping (%s on %s) for %s at step %d: %s -> %s",

@@ -41,7 +41,9 @@ def ensure_parent_run(
     client = config.client()
     experiment_id = ensure_experiment(client, experiment_name, config.tracking_uri)
     found = client.search_runs(
-        [experiment_id], filter_string=f"tags.`{SEARCH_KEY_TAG}` = '{key}'", order_by=["attributes.start_time ASC"]
+        [experiment_id],
+        filter_string=f"tags.`{SEARCH_KEY_TAG}` = '{key}'",
+        order_by=["attributes.start_time ASC"],
     )
     if found:
         return str(found[0].info.run_id), False
@@ -96,7 +98,10 @@ def finish_parent(
     ]
     client.log_batch(parent_run_id, metrics=[Metric(f"best_{metric}", value, 0, 0)], tags=tags)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, text in {"leaderboard.json": json.dumps(list(board), indent=2, default=str), **artifacts}.items():
+        for name, text in {
+            "leaderboard.json": json.dumps(list(board), indent=2, default=str),
+            **artifacts,
+        }.items():
             path = os.path.join(tmp, name)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)

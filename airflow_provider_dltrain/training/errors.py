@@ -45,7 +45,7 @@ def failure(
     return cls(message)
 
 
-class TrialStopped(Exception):  # noqa: N818 - a signal, not a failure
+class TrialStopped(Exception):
     """Raised by ``ctx.log_metrics`` when the early-stopping rule ends the trial at ``step``.
 
     The worker turns it into a clean "stopped early" result: the run ends FINISHED, tagged

@@ -269,7 +269,10 @@ def _finish(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> N
         from mlflow.entities import RunTag
 
         log.info("run %s stopped early at step %s: %s", run_id, stopped["step"], stopped["reason"])
-        tags = {"dltrain.stopped_early": "true", "dltrain.stopped_step": str(stopped["step"]),
-                "dltrain.stop_reason": str(stopped["reason"])[:5000]}
+        tags = {
+            "dltrain.stopped_early": "true",
+            "dltrain.stopped_step": str(stopped["step"]),
+            "dltrain.stop_reason": str(stopped["reason"])[:5000],
+        }
         config.client().log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     finish_run(config, run_id, failed=False, metrics=unlogged)

@@ -188,7 +188,9 @@ def _stopper(job: RankJob, rank: int) -> Any:
     from airflow_provider_dltrain.experiments.stopping import StoppingSpec, TrialStopper
 
     spec = StoppingSpec.coerce(job.early_stopping["spec"])
-    return TrialStopper(spec, job.tracking, str(job.early_stopping["parent_run_id"]), str(job.early_stopping["trial"]))
+    return TrialStopper(
+        spec, job.tracking, str(job.early_stopping["parent_run_id"]), str(job.early_stopping["trial"])
+    )
 
 
 def _tracker(job: RankJob, rank: int, checkpoint_dir: str) -> RankTracker | None:

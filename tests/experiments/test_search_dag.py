@@ -1,0 +1,148 @@
+"""The example search and ablation DAGs through ``airflow dags test`` on the demo's embedded defaults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+DS = "2026-11-24"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """Ingest one day, run the search, the ablation, then the search again; one Airflow process."""
+    import os
+
+    home = tmp_path_factory.mktemp("search") / "home"
+    saved = os.environ.get("DLTRAIN_HOME")
+    os.environ["DLTRAIN_HOME"] = str(home)
+    try:
+        from airflow_provider_dltrain.demo import paths
+        from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db, run_dags
+        from airflow_provider_dltrain.demo.seed import seed
+
+        seed(paths.landing(), date.fromisoformat(DS), 1, per_day=200)
+        env = airflow_env()
+        ensure_airflow_db(env)
+        runs = [("dltrain_ingest", DS, None), ("dltrain_search", DS, None), ("dltrain_ablation", DS, None)]
+        first = run_dags(runs, env)
+        assert [o.ok for o in first] == [True, True, True], [o.tail for o in first if not o.ok]
+        tis_first = _task_instances(env, "dltrain_search")
+        again = run_dags([("dltrain_search", DS, None)], env)
+        assert again[0].ok, again[0].tail
+        yield {"env": env, "paths": paths, "first": first, "again": again, "tis_first": tis_first}
+    finally:
+        if saved is None:
+            os.environ.pop("DLTRAIN_HOME", None)
+        else:
+            os.environ["DLTRAIN_HOME"] = saved
+
+
+def _task_instances(env, dag_id):
+    """``[{task_id, map_index, state, start, end}]`` of the newest run of ``dag_id`` (read in a subprocess:
+    the test process never opens the demo's metadata DB)."""
+    code = (
+        "import json\n"
+        "from sqlalchemy import select\n"
+        "from airflow.models.dagrun import DagRun\n"
+        "from airflow.models.taskinstance import TaskInstance as TI\n"
+        "from airflow.utils.session import create_session\n"
+        "with create_session() as s:\n"
+        f"    run = s.scalars(select(DagRun).where(DagRun.dag_id == {dag_id!r}).order_by(DagRun.id.desc())).first()\n"
+        "    tis = s.scalars(select(TI).where(TI.dag_id == run.dag_id, TI.run_id == run.run_id)).all()\n"
+        "    print(json.dumps([{'task_id': t.task_id, 'map_index': t.map_index, 'state': str(t.state),\n"
+        "        'start': t.start_date.timestamp() if t.start_date else None,\n"
+        "        'end': t.end_date.timestamp() if t.end_date else None,\n"
+        "        'max_active': t.max_active_tis_per_dagrun if hasattr(t, 'max_active_tis_per_dagrun') else None,\n"
+        "        'pool': t.pool} for t in tis]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _most_at_once(intervals):
+    events = sorted(
+        [(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1])
+    )
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def _child_runs(tracking, experiment):
+    client = tracking.client()
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "dltrain.search_key" in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_the_best(searched):
+    from airflow_provider_dltrain.demo.orchestrate import run_outcome
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tis = searched["tis_first"]
+    trials = [t for t in tis if t["task_id"] == "train"]
+    assert len(trials) == 6 and all(t["state"] == "success" for t in trials), trials
+    assert _most_at_once([(t["start"], t["end"]) for t in trials]) <= 2
+    assert {t["max_active"] for t in trials} == {2}
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_search")
+    assert len(parents) == 1 and len(children) == 6
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert {c.info.status for c in children} == {"FINISHED"}
+    stopped = [c for c in children if c.data.tags.get("dltrain.stopped_early") == "true"]
+    assert stopped, "the median rule stopped no trial"
+    assert all(float(c.data.params["lr"]) <= 1e-5 for c in stopped), [c.data.params for c in stopped]
+    outcome = run_outcome("dltrain_search", DS, searched["env"])
+    best, registered = outcome["xcom"]["select_best"], outcome["xcom"]["register"]
+    assert float(best["params"]["lr"]) >= 1e-3 and best["trial"].startswith("trial-")
+    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    assert [v.run_id for v in versions] == [best["run_id"]] and registered["promoted"] is True
+    assert parents[0].data.tags["dltrain.best_run_id"] == best["run_id"]
+    log = Path(searched["first"][1].log_path).read_text()
+    assert "STOPPED EARLY" in log
+
+
+def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(searched):
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_search")
+    assert len(parents) == 1 and len(children) == 6
+    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    assert len(versions) == 1
+    log = Path(searched["again"][0].log_path).read_text()
+    assert log.count("not training again") == 6
+
+
+def test_ablation_over_four_components_reports_each_components_effect(searched):
+    from airflow_provider_dltrain.demo.orchestrate import run_outcome
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_ablation")
+    assert len(parents) == 1 and len(children) == 5
+    client = tracking.client()
+    files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"ablation.json", "ablation.md", "leaderboard.json"} <= files
+    path = client.download_artifacts(parents[0].info.run_id, "ablation.json")
+    report = json.loads(Path(path).read_text())
+    assert sorted(r["component"] for r in report["components"]) == ["conv1", "conv2", "hidden", "pool"]
+    for row in report["components"]:
+        assert row["effect"] == pytest.approx(row["val_loss"] - report["baseline"])
+    outcome = run_outcome("dltrain_ablation", DS, searched["env"])
+    assert outcome["xcom"]["report"]["params"]["ablate"] in (None, "conv1", "conv2", "pool", "hidden")
+    log = Path(searched["first"][2].log_path).read_text()
+    assert "Ablation report" in log and "| hidden |" in log
