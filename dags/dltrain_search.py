@@ -35,9 +35,9 @@ from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
 DS = "{{ data_interval_start | ds }}"
 TRAIN_FN = "airflow_provider_dltrain.demo.digits_model:train"
 DIGITS = paths.table("digits")
-SEARCH = {"grid": {"lr": [0.01, 0.003, 0.001, 1e-5, 3e-6, 1e-6]}}  # the last three barely learn
+SEARCH = {"grid": {"lr": [0.01, 0.005, 0.003, 1e-5, 3e-6, 1e-6]}}  # the last three barely learn
 FIXED = {"epochs": 4, "batch_size": 32, "seed": 7}
-STOPPING = {"rule": "median", "metric": "val_loss", "mode": "min", "grace_steps": 1, "min_trials": 2}
+STOPPING = {"rule": "median", "metric": "val_loss", "mode": "min", "grace_steps": 1, "min_trials": 1}
 ABLATION = {"ablate": ["conv1", "conv2", "pool", "hidden"]}
 
 
@@ -80,7 +80,7 @@ def _trials(pinned: DeltaTableVersionSensor, experiment: str) -> tuple[ExpandTri
 
 with DAG(
     dag_id="dltrain_search",
-    schedule=CronDataIntervalTimetable("0 3 * * 0", timezone="UTC"),
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=1,
@@ -111,7 +111,7 @@ with DAG(
 
 with DAG(
     dag_id="dltrain_ablation",
-    schedule=CronDataIntervalTimetable("0 4 * * 0", timezone="UTC"),
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=1,

@@ -104,10 +104,10 @@ def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_t
     assert {c.info.status for c in children} == {"FINISHED"}
     stopped = [c for c in children if c.data.tags.get("dltrain.stopped_early") == "true"]
     assert stopped, "the median rule stopped no trial"
-    assert all(float(c.data.params["lr"]) <= 1e-5 for c in stopped), [c.data.params for c in stopped]
+    assert {c.data.tags["dltrain.stopped_step"] for c in stopped} <= {"1", "2"}  # grace step 0, 4 epochs
     outcome = run_outcome("dltrain_search", DS, searched["env"])
     best, registered = outcome["xcom"]["select_best"], outcome["xcom"]["register"]
-    assert float(best["params"]["lr"]) >= 1e-3 and best["trial"].startswith("trial-")
+    assert float(best["params"]["lr"]) >= 3e-3 and best["trial"].startswith("trial-") and not best["stopped"]
     versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
     assert [v.run_id for v in versions] == [best["run_id"]] and registered["promoted"] is True
     assert parents[0].data.tags["dltrain.best_run_id"] == best["run_id"]
