@@ -24,6 +24,7 @@ log = logging.getLogger("airflow_provider_dltrain.experiments")
 SEARCH_KEY_TAG = "dltrain.search_key"
 RESULT_TAG = "dltrain.trial_result"
 STOPPED_TAG = "dltrain.stopped_early"
+MAX_RESULT_CHARS = 5000  # within every MLflow store's tag value limit
 
 
 def search_key(definition: Mapping[str, Any]) -> str:
@@ -70,10 +71,21 @@ def reusable_trial(
     return None
 
 
-def record_trial_result(config: TrackingConfig, result: Mapping[str, Any]) -> None:
-    """Store a trial's TrainResult on its run so an unchanged re-run can reuse it."""
+def record_trial_result(config: TrackingConfig, result: Mapping[str, Any]) -> bool:
+    """Store a trial's TrainResult on its run so an unchanged re-run can reuse it; False when too long
+    for a tag (then the trial simply trains again on a re-run)."""
     keep = {k: v for k, v in result.items() if k != "run_dir"}
-    config.client().set_tag(str(result["run_id"]), RESULT_TAG, json.dumps(keep, sort_keys=True, default=str))
+    text = json.dumps(keep, sort_keys=True, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        log.warning(
+            "trial run %s: its result is %d characters, over the %d a tag holds; a re-run will train it again",
+            result["run_id"],
+            len(text),
+            MAX_RESULT_CHARS,
+        )
+        return False
+    config.client().set_tag(str(result["run_id"]), RESULT_TAG, text)
+    return True
 
 
 def finish_parent(
