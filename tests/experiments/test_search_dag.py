@@ -14,9 +14,31 @@ DS = "2026-11-24"
 pytestmark = pytest.mark.slow
 
 
+def _write_digits(uri: str, rows: int = 300) -> None:
+    """Partition ``ds = DS`` of the digits table straight from sklearn's images (no Spark ingest)."""
+    import numpy as np
+    import pyarrow as pa
+    from sklearn.datasets import load_digits
+
+    from airflow_provider_dltrain import lake
+
+    digits = load_digits()
+    features = (digits.data[:rows] / 16.0).astype("float32")
+    table = pa.table(
+        {
+            "features": pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), 64).cast(
+                pa.list_(pa.float32())
+            ),
+            "label": pa.array(digits.target[:rows].astype("int64")),
+            "source_file": pa.array([f"digits/{i:05d}.png" for i in range(rows)]),
+        }
+    )
+    lake.overwrite_partition(uri, table, {"ds": DS})
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """Ingest one day, run the search, the ablation, then the search again; one Airflow process."""
+    """Run the search, the ablation, then the search again, in one Airflow process."""
     import os
 
     home = tmp_path_factory.mktemp("search") / "home"
@@ -25,18 +47,15 @@ def searched(tmp_path_factory):
     try:
         from airflow_provider_dltrain.demo import paths
         from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db, run_dags
-        from airflow_provider_dltrain.demo.seed import seed
 
-        seed(paths.landing(), date.fromisoformat(DS), 1, per_day=200)
+        _write_digits(paths.table("digits"))
         env = airflow_env()
         ensure_airflow_db(env)
-        runs = [("dltrain_ingest", DS, None), ("dltrain_search", DS, None), ("dltrain_ablation", DS, None)]
-        first = run_dags(runs, env)
-        assert [o.ok for o in first] == [True, True, True], [o.tail for o in first if not o.ok]
-        tis_first = _task_instances(env, "dltrain_search")
-        again = run_dags([("dltrain_search", DS, None)], env)
-        assert again[0].ok, again[0].tail
-        yield {"env": env, "paths": paths, "first": first, "again": again, "tis_first": tis_first}
+        runs = [("dltrain_search", DS, None), ("dltrain_ablation", DS, None), ("dltrain_search", DS, None)]
+        logs: list[str] = []  # read as each run ends: the re-run's log replaces the first run's file
+        outcomes = run_dags(runs, env, on_result=lambda o: logs.append(Path(o.log_path).read_text()))
+        assert [o.ok for o in outcomes] == [True, True, True], [o.tail for o in outcomes if not o.ok]
+        yield {"env": env, "paths": paths, "logs": logs, "tis_first": _task_instances(env, "dltrain_search")}
     finally:
         if saved is None:
             os.environ.pop("DLTRAIN_HOME", None)
@@ -45,7 +64,7 @@ def searched(tmp_path_factory):
 
 
 def _task_instances(env, dag_id):
-    """``[{task_id, map_index, state, start, end}]`` of the newest run of ``dag_id`` (read in a subprocess:
+    """``[{task_id, map_index, state, start, end}]`` of the first run of ``dag_id`` (read in a subprocess:
     the test process never opens the demo's metadata DB)."""
     code = (
         "import json\n"
@@ -54,18 +73,23 @@ def _task_instances(env, dag_id):
         "from airflow.models.taskinstance import TaskInstance as TI\n"
         "from airflow.utils.session import create_session\n"
         "with create_session() as s:\n"
-        f"    run = s.scalars(select(DagRun).where(DagRun.dag_id == {dag_id!r}).order_by(DagRun.id.desc())).first()\n"
+        f"    run = s.scalars(select(DagRun).where(DagRun.dag_id == {dag_id!r}).order_by(DagRun.id)).first()\n"
         "    tis = s.scalars(select(TI).where(TI.dag_id == run.dag_id, TI.run_id == run.run_id)).all()\n"
         "    print(json.dumps([{'task_id': t.task_id, 'map_index': t.map_index, 'state': str(t.state),\n"
         "        'start': t.start_date.timestamp() if t.start_date else None,\n"
         "        'end': t.end_date.timestamp() if t.end_date else None,\n"
-        "        'max_active': t.max_active_tis_per_dagrun if hasattr(t, 'max_active_tis_per_dagrun') else None,\n"
         "        'pool': t.pool} for t in tis]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _search_dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags")).dags["dltrain_search"]
 
 
 def _most_at_once(intervals):
@@ -96,7 +120,7 @@ def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_t
     trials = [t for t in tis if t["task_id"] == "train"]
     assert len(trials) == 6 and all(t["state"] == "success" for t in trials), trials
     assert _most_at_once([(t["start"], t["end"]) for t in trials]) <= 2
-    assert {t["max_active"] for t in trials} == {2}
+    assert _search_dag().get_task("train").max_active_tis_per_dagrun == 2
     tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
     parents, children = _child_runs(tracking, "dltrain_digits_search")
     assert len(parents) == 1 and len(children) == 6
@@ -111,8 +135,7 @@ def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_t
     versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
     assert [v.run_id for v in versions] == [best["run_id"]] and registered["promoted"] is True
     assert parents[0].data.tags["dltrain.best_run_id"] == best["run_id"]
-    log = Path(searched["first"][1].log_path).read_text()
-    assert "STOPPED EARLY" in log
+    assert "STOPPED EARLY" in searched["logs"][0]
 
 
 def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(searched):
@@ -123,8 +146,7 @@ def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(s
     assert len(parents) == 1 and len(children) == 6
     versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
     assert len(versions) == 1
-    log = Path(searched["again"][0].log_path).read_text()
-    assert log.count("not training again") == 6
+    assert searched["logs"][2].count("not training again") == 6
 
 
 def test_ablation_over_four_components_reports_each_components_effect(searched):
@@ -144,5 +166,4 @@ def test_ablation_over_four_components_reports_each_components_effect(searched):
         assert row["effect"] == pytest.approx(row["val_loss"] - report["baseline"])
     outcome = run_outcome("dltrain_ablation", DS, searched["env"])
     assert outcome["xcom"]["report"]["params"]["ablate"] in (None, "conv1", "conv2", "pool", "hidden")
-    log = Path(searched["first"][2].log_path).read_text()
-    assert "Ablation report" in log and "| hidden |" in log
+    assert "Ablation report" in searched["logs"][1] and "| hidden |" in searched["logs"][1]
