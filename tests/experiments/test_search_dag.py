@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import date
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ pytestmark = pytest.mark.slow
 
 def _write_digits(uri: str, rows: int = 300) -> None:
     """Partition ``ds = DS`` of the digits table straight from sklearn's images (no Spark ingest)."""
-    import numpy as np
     import pyarrow as pa
     from sklearn.datasets import load_digits
 
