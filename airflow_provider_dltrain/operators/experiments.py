@@ -95,15 +95,7 @@ class ExpandTrialsOperator(BaseOperator):
             trials = expand_trials(search, fixed)
             raw_stopping = _json(self.early_stopping, "early_stopping")
             stopping = StoppingSpec.coerce(raw_stopping).to_dict() if raw_stopping else None
-            definition = {
-                "dag_id": info["dag_id"],
-                "task_id": info["task_id"],
-                "data_interval": [str(info.get("data_interval_start")), str(info.get("data_interval_end"))],
-                "dataset": ref.to_dict(),
-                "search": search,
-                "hparams": fixed,
-                "early_stopping": stopping,
-            }
+            definition = _definition(info, ref.to_dict(), search, fixed, stopping)
             key = search_key(definition)
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
             parent, created = ensure_parent_run(
@@ -137,6 +129,21 @@ class ExpandTrialsOperator(BaseOperator):
             }
             for t in trials
         ]
+
+
+def _definition(
+    info: Mapping[str, Any], ref: Mapping[str, Any], search: Any, fixed: Any, stopping: Any
+) -> dict[str, Any]:
+    """What identifies a search: the same values find the same parent run again."""
+    return {
+        "dag_id": info["dag_id"],
+        "task_id": info["task_id"],
+        "data_interval": [str(info.get("data_interval_start")), str(info.get("data_interval_end"))],
+        "dataset": dict(ref),
+        "search": search,
+        "hparams": fixed,
+        "early_stopping": stopping,
+    }
 
 
 class SelectBestTrialOperator(BaseOperator):

@@ -168,20 +168,24 @@ class TrainModelOperator(BaseOperator):
                 early_stopping=_trial_stopping(trial),
             )
         if trial:
-            from airflow_provider_dltrain.experiments.tracking import record_trial_result
-
-            record_trial_result(tracking, result.to_dict())
-            if result.stopped:
-                self.log.info(
-                    "Trial %s STOPPED EARLY at step %s: %s",
-                    trial["name"],
-                    result.stopped["step"],
-                    result.stopped["reason"],
-                )
+            self._record_trial(tracking, trial, result)
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
         self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
         return result.to_dict()
+
+    def _record_trial(self, tracking: Any, trial: Mapping[str, Any], result: Any) -> None:
+        """Keep the trial's result on its run (for unchanged re-runs); say when it stopped early."""
+        from airflow_provider_dltrain.experiments.tracking import record_trial_result
+
+        record_trial_result(tracking, result.to_dict())
+        if result.stopped:
+            self.log.info(
+                "Trial %s STOPPED EARLY at step %s: %s",
+                trial["name"],
+                result.stopped["step"],
+                result.stopped["reason"],
+            )
 
     def _reused_trial(
         self, tracking: Any, trial: Mapping[str, Any], ref: Any, hparams: dict[str, Any], storage: Any
