@@ -32,20 +32,39 @@ DEFAULTS: dict[str, Any] = {
 FEATURES, LABEL = "features", "label"
 
 
-class DigitsNet(nn.Module):
-    """Two 3x3 convolutions, max-pool, two linear layers: ~40k parameters, (N, 64) -> (N, 10) logits."""
+COMPONENTS = ("conv1", "conv2", "pool", "hidden")  # what an ablation may leave out (hparams["ablate"])
 
-    def __init__(self, channels: int = 16, hidden: int = 64) -> None:
+
+class DigitsNet(nn.Module):
+    """Two 3x3 convolutions, max-pool, two linear layers: ~40k parameters, (N, 64) -> (N, 10) logits.
+
+    ``without`` leaves one of :data:`COMPONENTS` out (an ablation trial): ``conv1`` or ``conv2`` (one
+    convolution), ``pool`` (no max-pool) or ``hidden`` (no hidden linear layer). With ``without=None``
+    the layers, their order and their initial weights are exactly those of the full model.
+    """
+
+    def __init__(self, channels: int = 16, hidden: int = 64, without: str | None = None) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(1, channels, 3, padding=1)
-        self.conv2 = nn.Conv2d(channels, 2 * channels, 3, padding=1)
-        self.fc1 = nn.Linear(2 * channels * 16, hidden)
-        self.fc2 = nn.Linear(hidden, 10)
+        if without is not None and without not in COMPONENTS:
+            raise ValueError(f"hparams['ablate'] must be one of {COMPONENTS} or None, got {without!r}")
+        self.without = without
+        self.conv1 = nn.Conv2d(1, channels, 3, padding=1) if without != "conv1" else None
+        conv2_in = 1 if without == "conv1" else channels
+        self.conv2 = nn.Conv2d(conv2_in, 2 * channels, 3, padding=1) if without != "conv2" else None
+        out_channels = channels if without == "conv2" else 2 * channels
+        flat = out_channels * (64 if without == "pool" else 16)
+        self.fc1 = nn.Linear(flat, hidden) if without != "hidden" else None
+        self.fc2 = nn.Linear(hidden if without != "hidden" else flat, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(-1, 1, 8, 8)
-        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+        for conv in (self.conv1, self.conv2):
+            if conv is not None:
+                x = F.relu(conv(x))
+        if self.without != "pool":
+            x = F.max_pool2d(x, 2)
+        x = x.flatten(1)
+        return self.fc2(F.relu(self.fc1(x)) if self.fc1 is not None else x)
 
 
 def evaluate(ctx: Any, model: nn.Module, loader: Any) -> dict[str, float]:
@@ -91,7 +110,7 @@ def train(ctx: Any) -> dict[str, float]:
     split = _split(hp)
     train_loader = ctx.dataloader(int(hp["batch_size"]), split="train", **split)
     val_loader = ctx.dataloader(256, split="validation", **split)
-    model = ctx.wrap(DigitsNet())
+    model = ctx.wrap(DigitsNet(without=hp.get("ablate")))
     optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
     metrics: dict[str, float] = {}
     for epoch in range(int(hp["epochs"])):

@@ -9,6 +9,8 @@ _EXPORTS = {
     "SparkToDeltaOperator": "airflow_provider_dltrain.operators.spark",
     "DeltaWriteOptions": "airflow_provider_dltrain.operators.spark",
     "TrainModelOperator": "airflow_provider_dltrain.operators.training",
+    "ExpandTrialsOperator": "airflow_provider_dltrain.operators.experiments",
+    "SelectBestTrialOperator": "airflow_provider_dltrain.operators.experiments",
     "RegisterModelOperator": "airflow_provider_dltrain.operators.registry",
     "SparkBatchInferenceOperator": "airflow_provider_dltrain.operators.inference",
     "DeltaLineageOperator": "airflow_provider_dltrain.operators.lineage",

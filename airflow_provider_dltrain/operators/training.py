@@ -8,6 +8,7 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
+from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
 from airflow_provider_dltrain.operators.remote_training import RemoteTraining, is_remote_backend
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
@@ -81,6 +82,10 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         (templated).
     :param deferrable: for a cloud backend, wait for the job in the triggerer (``EngineJobTrigger``).
     :param poll_interval: seconds between status checks of a cloud job.
+    :param trial: set by :class:`~airflow_provider_dltrain.operators.experiments.ExpandTrialsOperator`
+        through ``expand_kwargs``: ``{name, index, parent_run_id, early_stopping}``. The run becomes a
+        child run of the search's parent run; a FINISHED run of the same trial under that parent with
+        the same data, code and hyper-parameters is returned instead of training again (templated).
     """
 
     template_fields: Sequence[str] = (
@@ -91,8 +96,9 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         "experiment_name",
         "skip_if_unchanged",
         "code_version",
+        "trial",
     )
-    template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json"}
+    template_fields_renderers = {"dataset": "json", "hparams": "json", "data_filter": "json", "trial": "json"}
     operator_extra_links = (MlflowRunLink(), EngineJobLink())
     ui_color = "#fde9d9"
 
@@ -113,6 +119,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         code_version: str | None = None,
         deferrable: bool = False,
         poll_interval: float = 30.0,
+        trial: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -130,6 +137,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.code_version = code_version
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
+        self.trial = trial
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.utils.context import storage_options_for
@@ -153,12 +161,22 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
             if skip_reason:
                 self.log.info("Skipping training: %s", skip_reason)
                 raise AirflowSkipException(skip_reason)
+            trial = _trial(self.trial)
+            reused = self._reused_trial(tracking, trial, ref, hparams, storage) if trial else None
+            if reused is not None:
+                return reused
             run: dict[str, Any] = {
                 "experiment_name": self.experiment_name or str(info["dag_id"] or "dltrain"),
-                "run_name": f"{info['dag_id']}.{info['task_id']}.{info['run_id']}",
-                "tags": _lineage_tags(info),
+                "run_name": _run_name(info, trial),
+                "tags": {**_lineage_tags(info), **_trial_tags(trial)},
             }
             if is_remote_backend(self.backend):
+                if trial and _trial_stopping(trial):
+                    raise InvalidSpecError(
+                        f"trial {trial['name']!r}: early stopping runs on the in-process backends (local, "
+                        f"torch_distributor, horovod), not on backend={self.backend!r}; drop early_stopping "
+                        "from the search or train the trials in-process"
+                    )
                 remote = self.train_remotely(
                     context, ref=ref, hparams=hparams, tracking=tracking, storage=storage, run=run
                 )
@@ -175,8 +193,11 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
                 cutoff=self.data_cutoff or None,
                 storage_options=storage,
                 code_version=self.code_version or None,
+                early_stopping=_trial_stopping(trial),
                 **run,
             )
+        if trial:
+            self._record_trial(tracking, trial, result)
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
         self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
@@ -208,6 +229,41 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     def on_kill(self) -> None:
         """Stop the cloud training job this task started (the Amazon provider's operator does not)."""
         self.kill_remote_job()
+
+    def _record_trial(self, tracking: Any, trial: Mapping[str, Any], result: Any) -> None:
+        """Keep the trial's result on its run (for unchanged re-runs); say when it stopped early."""
+        from airflow_provider_dltrain.experiments.tracking import record_trial_result
+
+        record_trial_result(tracking, result.to_dict())
+        if result.stopped:
+            self.log.info(
+                "Trial %s STOPPED EARLY at step %s: %s",
+                trial["name"],
+                result.stopped["step"],
+                result.stopped["reason"],
+            )
+
+    def _reused_trial(
+        self, tracking: Any, trial: Mapping[str, Any], ref: Any, hparams: dict[str, Any], storage: Any
+    ) -> dict[str, Any] | None:
+        """The earlier result of this trial when its data, code and hyper-parameters are unchanged."""
+        from airflow_provider_dltrain.experiments.tracking import reusable_trial
+        from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
+
+        identity = run_identity(
+            self.train_fn, ref, hparams, self.data_filter, storage, code_version=self.code_version or None
+        )
+        wanted = {tag: identity[tag] for tag in IDENTITY_TAGS}
+        found = reusable_trial(tracking, str(trial["parent_run_id"]), str(trial["name"]), wanted)
+        if found is not None:
+            self.log.info(
+                "Trial %s unchanged since MLflow run %s (same data, code and hyper-parameters): not training "
+                "again, returning its result%s.",
+                trial["name"],
+                found["run_id"],
+                f" (it had stopped early at step {found['stopped']['step']})" if found.get("stopped") else "",
+            )
+        return found
 
     def _unchanged(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> str | None:
         """Why training can be skipped (the champion for this cut-off has identical inputs), or None."""
@@ -282,6 +338,50 @@ def _hparams(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidSpecError(f"hparams must be a dict (or its JSON), got {type(value).__name__}")
     return dict(value)
+
+
+def _trial(value: Any) -> dict[str, Any] | None:
+    """The ``trial`` argument as a dict with a name and a parent run, or None outside a search."""
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise InvalidSpecError(f"trial is text but not JSON: {value[:200]!r}") from err
+    if not isinstance(value, Mapping) or not value.get("name") or not value.get("parent_run_id"):
+        raise InvalidSpecError(
+            "trial must be {'name': ..., 'parent_run_id': ...}, as ExpandTrialsOperator returns; got "
+            f"{value!r:.200}"
+        )
+    return dict(value)
+
+
+def _run_name(info: Mapping[str, Any], trial: Mapping[str, Any] | None) -> str:
+    task = f"{info['task_id']}[{trial['name']}]" if trial else info["task_id"]
+    return f"{info['dag_id']}.{task}.{info['run_id']}"
+
+
+def _trial_tags(trial: Mapping[str, Any] | None) -> dict[str, str]:
+    from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG
+
+    if not trial:
+        return {}
+    return {
+        PARENT_TAG: str(trial["parent_run_id"]),
+        TRIAL_TAG: str(trial["name"]),
+        "dltrain.trial_index": str(trial.get("index", "")),
+    }
+
+
+def _trial_stopping(trial: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not trial or not trial.get("early_stopping"):
+        return None
+    return {"spec": trial["early_stopping"], "parent_run_id": trial["parent_run_id"], "trial": trial["name"]}
 
 
 def _lineage_tags(info: Mapping[str, Any]) -> dict[str, str]:

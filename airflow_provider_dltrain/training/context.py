@@ -18,6 +18,7 @@ from airflow_provider_dltrain.training.data import ScanPlan
 from airflow_provider_dltrain.training.loader import Batch, DeltaLoader, LoaderSpec, Split, default_columns
 
 if TYPE_CHECKING:
+    from airflow_provider_dltrain.experiments.stopping import StopDecision, TrialStopper
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.training.tracking import RankTracker
 
@@ -50,6 +51,8 @@ class TrainContext:
         seed: int = 0,
         checkpoint_dir: str,
         tracker: RankTracker | None = None,
+        stopper: TrialStopper | None = None,
+        early_stopping: bool = False,
     ) -> None:
         import torch
 
@@ -60,6 +63,11 @@ class TrainContext:
         self.seed = seed
         self.checkpoint_dir = checkpoint_dir
         self.tracker = tracker
+        self.stopper = stopper  # rank 0's early-stopping judge when this run is a trial of a search
+        self.early_stopping = early_stopping or stopper is not None  # every rank knows; rank 0 judges
+        self.stop_decision: StopDecision | None = None
+        self.last_metrics: dict[str, float] = {}
+        self._handles_stopping = False
         self.model: Any = None  # the unwrapped model given to ``wrap``
         self.model_uri: str | None = None
         self.rows_seen: dict[str, int] = {}
@@ -209,13 +217,44 @@ class TrainContext:
 
     # -- metrics --------------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Record metrics of ``step`` (an epoch index, say) in MLflow and the task log (rank 0 only)."""
-        if not self.is_main:
-            return
+        """Record metrics of ``step`` (an epoch index, say) in MLflow and the task log (rank 0 only).
+
+        In a trial with early stopping every rank must call it (the decision is shared by all ranks);
+        when the rule stops the trial it raises :class:`TrialStopped` (a clean end, not a failure),
+        unless the function asks :meth:`should_stop` itself.
+        """
         values = {str(k): float(v) for k, v in metrics.items()}
-        if self.tracker is not None:
-            self.tracker.log_metrics(values, step)
-        log.info("%s", self._progress(values, step))
+        self.last_metrics.update(values)
+        if self.is_main:
+            if self.tracker is not None:
+                self.tracker.log_metrics(values, step)
+            log.info("%s", self._progress(values, step))
+        if self.early_stopping and self.stop_decision is None:
+            self._decide(values, step)
+
+    def _decide(self, values: Mapping[str, float], step: int | None) -> None:
+        from airflow_provider_dltrain.experiments.stopping import StopDecision
+        from airflow_provider_dltrain.training.errors import TrialStopped
+
+        decision = self.stopper.observe(values, step) if self.stopper is not None else None
+        stop = bool(decision and decision.stop)
+        if self.world_size > 1:  # every rank leaves the loop at the same step, or DDP would hang
+            stop = self.allreduce({"stop": float(stop)}, op="max")["stop"] > 0
+        if not stop:
+            return
+        self.stop_decision = decision or StopDecision(True, int(step or 0), "rank 0's rule stopped the trial")
+        log.info("trial stopped early at step %s: %s", self.stop_decision.step, self.stop_decision.reason)
+        if not self._handles_stopping:
+            raise TrialStopped(self.stop_decision.step, self.stop_decision.reason)
+
+    def should_stop(self) -> bool:
+        """True once the early-stopping rule has ended this trial (at the last ``log_metrics``).
+
+        A function that calls it handles stopping itself (break, save the model, return):
+        ``log_metrics`` then no longer raises :class:`TrialStopped`. Always False outside a search.
+        """
+        self._handles_stopping = True
+        return self.stop_decision is not None
 
     def _progress(self, values: Mapping[str, float], step: int | None) -> str:
         now = time.monotonic()

@@ -43,3 +43,16 @@ def failure(
     )
     cls = TrainingUserError if first.get("user_error") else TrainingFailedError
     return cls(message)
+
+
+class TrialStopped(Exception):
+    """Raised by ``ctx.log_metrics`` when the early-stopping rule ends the trial at ``step``.
+
+    The worker turns it into a clean "stopped early" result: the run ends FINISHED, tagged
+    ``dltrain.stopped_early=true``, with the last logged metrics and the model as it is at that step.
+    A training function that calls ``ctx.should_stop()`` handles stopping itself and never sees it.
+    """
+
+    def __init__(self, step: int, reason: str) -> None:
+        super().__init__(f"stopped early at step {step}: {reason}")
+        self.step, self.reason = step, reason

@@ -37,6 +37,8 @@ class TrainResult:
     world_size: int = 1
     weights_sha256: str | None = None
     run_dir: str = field(default="", compare=False)
+    trial: str | None = None  # the search trial this run was, if any
+    stopped: dict[str, Any] | None = None  # {step, reason} when early stopping ended the trial
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -194,6 +196,7 @@ def run_training(
     cutoff: str | None = None,
     storage_options: StorageOptions | None = None,
     code_version: str | None = None,
+    early_stopping: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``train_fn`` on exactly ``dataset``'s version and record it in MLflow.
 
@@ -209,11 +212,15 @@ def run_training(
         partition column in ``data_filter``.
     :param code_version: names the code (a git SHA, a release) instead of hashing its source:
         ``dltrain.code_hash`` becomes sha256 of ``"code_version:" + code_version``.
+    :param early_stopping: for a trial of a search, ``{"spec": {"rule": "median", "metric": ...},
+        "parent_run_id": ..., "trial": name}``: the rule compares this run with the parent's other
+        child runs at each logged step (see :mod:`airflow_provider_dltrain.experiments.stopping`).
 
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
     """
     runner = get_backend(backend, backend_options)
+    stopping = _check_stopping(early_stopping, tracking)
     run = start_tracked_run(
         train_fn,
         dataset,
@@ -233,7 +240,14 @@ def run_training(
     experiment_id, all_tags = run.experiment_id, run.tags
     with failure_ends_run(config, run_id):
         job = RankJob(
-            fn, plan, params, seed, _run_dir(run_id, runner, plan), config, run_id if config else None
+            fn,
+            plan,
+            params,
+            seed,
+            _run_dir(run_id, runner, plan),
+            config,
+            run_id if config else None,
+            early_stopping=stopping,
         )
         log.info(
             "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
@@ -262,7 +276,27 @@ def run_training(
         world_size=runner.world_size,
         weights_sha256=report.get("weights_sha256"),
         run_dir=job.run_dir,
+        trial=all_tags.get("dltrain.trial"),
+        stopped=report.get("stopped"),
     )
+
+
+def _check_stopping(
+    early_stopping: Mapping[str, Any] | None, tracking: TrackingConfig | Literal[False] | None
+) -> dict[str, Any] | None:
+    """The early-stopping settings, checked before anything starts (the rule needs the tracking store)."""
+    if not early_stopping:
+        return None
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+    from airflow_provider_dltrain.experiments.stopping import StoppingSpec
+
+    missing = [k for k in ("spec", "parent_run_id", "trial") if not early_stopping.get(k)]
+    if missing or tracking is False:
+        raise InvalidSpecError(
+            f"early_stopping needs spec, parent_run_id and trial (missing {missing}) and an MLflow store "
+            "(tracking=False has none): other trials' histories are read from it"
+        )
+    return {**dict(early_stopping), "spec": StoppingSpec.coerce(early_stopping["spec"]).to_dict()}
 
 
 @contextlib.contextmanager
@@ -284,4 +318,15 @@ def finish_tracked_run(config: TrackingConfig, run_id: str, report: Mapping[str,
 
     logged = set(report.get("logged_metric_keys", []))
     unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
+    stopped = report.get("stopped")
+    if stopped:
+        from mlflow.entities import RunTag
+
+        log.info("run %s stopped early at step %s: %s", run_id, stopped["step"], stopped["reason"])
+        tags = {
+            "dltrain.stopped_early": "true",
+            "dltrain.stopped_step": str(stopped["step"]),
+            "dltrain.stop_reason": str(stopped["reason"])[:5000],
+        }
+        config.client().log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     finish_run(config, run_id, failed=False, metrics=unlogged)

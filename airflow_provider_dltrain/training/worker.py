@@ -50,6 +50,8 @@ class RankJob:
     # A local directory the launcher keeps across restarts (SageMaker's checkpoint path, synced to
     # S3 and restored when a spot job resumes); ranks then write checkpoints there directly.
     checkpoint_path: str | None = None
+    # a search trial's early stopping: {"spec": StoppingSpec dict, "parent_run_id": ..., "trial": name}
+    early_stopping: Mapping[str, Any] | None = None
 
     @property
     def checkpoint_dir(self) -> str:
@@ -142,10 +144,12 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
             seed=job.seed,
             checkpoint_dir=checkpoint_dir,
             tracker=tracker,
+            stopper=_stopper(job, rank),
+            early_stopping=job.early_stopping is not None,
         )
         with deterministic_torch():
             seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
-            metrics = _check_metrics(job.train_fn(ctx))
+            metrics = _train(job, ctx)
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -156,6 +160,7 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
         "torch_threads": torch.get_num_threads(),  # float sums depend on it: same count, same bits
         "logged_metric_keys": sorted(tracker.logged_keys) if tracker else [],
         "elapsed_s": round(time.monotonic() - started, 3),
+        "stopped": _stopped(ctx),
     }
     write_json(job.run_dir, "ranks", f"rank-{rank}.json", report, job.storage_options)
     return report
@@ -166,6 +171,36 @@ def _checkpoints(job: RankJob, rank: int) -> contextlib.AbstractContextManager[s
         os.makedirs(job.checkpoint_path, exist_ok=True)
         return contextlib.nullcontext(job.checkpoint_path)
     return rank_checkpoints(job.run_dir, rank, job.storage_options)
+
+
+def _train(job: RankJob, ctx: Any) -> dict[str, float]:
+    """``train(ctx)``'s metrics; a trial the rule stopped returns its last logged metrics instead, and
+    keeps the model as it is at that step when the function had not saved it yet."""
+    from airflow_provider_dltrain.training.errors import TrialStopped
+
+    try:
+        return _check_metrics(job.train_fn(ctx))
+    except TrialStopped:
+        if ctx.model is not None and ctx.model_uri is None:
+            ctx.save_model(ctx.model)
+        return dict(ctx.last_metrics)
+
+
+def _stopped(ctx: Any) -> dict[str, Any] | None:
+    decision = ctx.stop_decision
+    return {"step": decision.step, "reason": decision.reason} if decision is not None else None
+
+
+def _stopper(job: RankJob, rank: int) -> Any:
+    """Rank 0's early-stopping judge, reading the other trials from the tracking store."""
+    if rank != 0 or job.early_stopping is None or job.tracking is None:
+        return None
+    from airflow_provider_dltrain.experiments.stopping import StoppingSpec, TrialStopper
+
+    spec = StoppingSpec.coerce(job.early_stopping["spec"])
+    return TrialStopper(
+        spec, job.tracking, str(job.early_stopping["parent_run_id"]), str(job.early_stopping["trial"])
+    )
 
 
 def _tracker(job: RankJob, rank: int, checkpoint_dir: str) -> RankTracker | None:

@@ -85,3 +85,20 @@ def keyless_train(ctx: Any) -> dict[str, float]:
     totals = ctx.allreduce({"loss_sum": loss_sum, "count": count})
     ctx.save_model(model)
     return {"train_loss": totals["loss_sum"] / max(totals["count"], 1.0)}
+
+
+def cooperative_train(ctx: Any) -> dict[str, float]:
+    """Checks ``ctx.should_stop()`` after each epoch's metrics and stops by itself (no exception)."""
+    import torch
+    from torch import nn
+
+    model = ctx.wrap(nn.Linear(64, 10))
+    loader = ctx.dataloader(64, columns=["features", "label"])
+    for epoch in range(int(ctx.hparams.get("epochs", 4))):
+        for batch in loader:
+            torch.nn.functional.cross_entropy(model(batch["features"]), batch["label"]).backward()
+        ctx.log_metrics({"val_loss": 2.5}, step=epoch)
+        if ctx.should_stop():
+            ctx.save_model(model)
+            return {"val_loss": 2.5, "stopped_by_itself": 1.0}
+    return {"val_loss": 2.5, "stopped_by_itself": 0.0}

@@ -1,0 +1,167 @@
+"""The example search and ablation DAGs through ``airflow dags test`` on the demo's embedded defaults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DS = "2026-11-24"
+pytestmark = pytest.mark.slow
+
+
+def _write_digits(uri: str, rows: int = 300) -> None:
+    """Partition ``ds = DS`` of the digits table straight from sklearn's images (no Spark ingest)."""
+    import pyarrow as pa
+    from sklearn.datasets import load_digits
+
+    from airflow_provider_dltrain import lake
+
+    digits = load_digits()
+    features = (digits.data[:rows] / 16.0).astype("float32")
+    table = pa.table(
+        {
+            "features": pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), 64).cast(
+                pa.list_(pa.float32())
+            ),
+            "label": pa.array(digits.target[:rows].astype("int64")),
+            "source_file": pa.array([f"digits/{i:05d}.png" for i in range(rows)]),
+        }
+    )
+    lake.overwrite_partition(uri, table, {"ds": DS})
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """Run the search, the ablation, then the search again, in one Airflow process."""
+    import os
+
+    home = tmp_path_factory.mktemp("search") / "home"
+    saved = os.environ.get("DLTRAIN_HOME")
+    os.environ["DLTRAIN_HOME"] = str(home)
+    try:
+        from airflow_provider_dltrain.demo import paths
+        from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db, run_dags
+
+        _write_digits(paths.table("digits"))
+        env = airflow_env()
+        ensure_airflow_db(env)
+        runs = [("dltrain_search", DS, None), ("dltrain_ablation", DS, None), ("dltrain_search", DS, None)]
+        logs: list[str] = []  # read as each run ends: the re-run's log replaces the first run's file
+        outcomes = run_dags(runs, env, on_result=lambda o: logs.append(Path(o.log_path).read_text()))
+        assert [o.ok for o in outcomes] == [True, True, True], [o.tail for o in outcomes if not o.ok]
+        yield {"env": env, "paths": paths, "logs": logs, "tis_first": _task_instances(env, "dltrain_search")}
+    finally:
+        if saved is None:
+            os.environ.pop("DLTRAIN_HOME", None)
+        else:
+            os.environ["DLTRAIN_HOME"] = saved
+
+
+def _task_instances(env, dag_id):
+    """``[{task_id, map_index, state, start, end}]`` of the first run of ``dag_id`` (read in a subprocess:
+    the test process never opens the demo's metadata DB)."""
+    code = (
+        "import json\n"
+        "from sqlalchemy import select\n"
+        "from airflow.models.dagrun import DagRun\n"
+        "from airflow.models.taskinstance import TaskInstance as TI\n"
+        "from airflow.utils.session import create_session\n"
+        "with create_session() as s:\n"
+        f"    run = s.scalars(select(DagRun).where(DagRun.dag_id == {dag_id!r}).order_by(DagRun.id)).first()\n"
+        "    tis = s.scalars(select(TI).where(TI.dag_id == run.dag_id, TI.run_id == run.run_id)).all()\n"
+        "    print(json.dumps([{'task_id': t.task_id, 'map_index': t.map_index, 'state': str(t.state),\n"
+        "        'start': t.start_date.timestamp() if t.start_date else None,\n"
+        "        'end': t.end_date.timestamp() if t.end_date else None,\n"
+        "        'pool': t.pool} for t in tis]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _search_dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags")).dags["dltrain_search"]
+
+
+def _most_at_once(intervals):
+    events = sorted(
+        [(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1])
+    )
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def _child_runs(tracking, experiment):
+    client = tracking.client()
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "dltrain.search_key" in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_the_best(searched):
+    from airflow_provider_dltrain.demo.orchestrate import run_outcome
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tis = searched["tis_first"]
+    trials = [t for t in tis if t["task_id"] == "train"]
+    assert len(trials) == 6 and all(t["state"] == "success" for t in trials), trials
+    assert _most_at_once([(t["start"], t["end"]) for t in trials]) <= 2
+    assert _search_dag().get_task("train").max_active_tis_per_dagrun == 2
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_search")
+    assert len(parents) == 1 and len(children) == 6
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert {c.info.status for c in children} == {"FINISHED"}
+    stopped = [c for c in children if c.data.tags.get("dltrain.stopped_early") == "true"]
+    assert stopped, "the median rule stopped no trial"
+    assert {c.data.tags["dltrain.stopped_step"] for c in stopped} <= {"1", "2"}  # grace step 0, 4 epochs
+    outcome = run_outcome("dltrain_search", DS, searched["env"])
+    best, registered = outcome["xcom"]["select_best"], outcome["xcom"]["register"]
+    assert float(best["params"]["lr"]) >= 3e-3 and best["trial"].startswith("trial-") and not best["stopped"]
+    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    assert [v.run_id for v in versions] == [best["run_id"]] and registered["promoted"] is True
+    assert parents[0].data.tags["dltrain.best_run_id"] == best["run_id"]
+    assert "STOPPED EARLY" in searched["logs"][0]
+
+
+def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(searched):
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_search")
+    assert len(parents) == 1 and len(children) == 6
+    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    assert len(versions) == 1
+    assert searched["logs"][2].count("not training again") == 6
+
+
+def test_ablation_over_four_components_reports_each_components_effect(searched):
+    from airflow_provider_dltrain.demo.orchestrate import run_outcome
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_ablation")
+    assert len(parents) == 1 and len(children) == 5
+    client = tracking.client()
+    files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"ablation.json", "ablation.md", "leaderboard.json"} <= files
+    path = client.download_artifacts(parents[0].info.run_id, "ablation.json")
+    report = json.loads(Path(path).read_text())
+    assert sorted(r["component"] for r in report["components"]) == ["conv1", "conv2", "hidden", "pool"]
+    for row in report["components"]:
+        assert row["effect"] == pytest.approx(row["val_loss"] - report["baseline"])
+    outcome = run_outcome("dltrain_ablation", DS, searched["env"])
+    assert outcome["xcom"]["report"]["params"]["ablate"] in (None, "conv1", "conv2", "pool", "hidden")
+    assert "Ablation report" in searched["logs"][1] and "| hidden |" in searched["logs"][1]
