@@ -4,8 +4,8 @@ For the run covering [D, D+1):
 1. wait until the ``digits`` table holds partition ``ds = D`` and pin the newest version that changed
    any partition at or before D (later partitions never move it; a restated earlier one does);
 2. skip training when the content of ``ds <= D``, the training code and the hyper-parameters are
-   unchanged since the model that is champion for D (the reason is logged); otherwise train with
-   2 DDP processes on ``ds <= D``;
+   unchanged since the model that is champion for D (the reason is logged); otherwise train on
+   ``ds <= D`` with 2 DDP processes (``DLTRAIN_TRAIN_BACKEND``/``_OPTIONS`` choose another backend);
 3. register the model behind the gate: the champion for D and the new model are both scored on the
    new model's validation rows (``val_accuracy``, higher is better) — a backfill of an old date
    never moves the live ``champion`` alias;
@@ -65,8 +65,8 @@ with DAG(
         hparams="{{ params.hparams | tojson }}",
         data_filter=[["ds", "<=", DS]],
         data_cutoff=DS,
-        backend="torch_distributor",
-        backend_options={"num_processes": 2},
+        backend=paths.train_backend(),
+        backend_options=paths.train_backend_options(),
         experiment_name=MODEL,
         skip_if_unchanged=MODEL,
         aws_conn_id=paths.aws_conn_id(),

@@ -43,15 +43,29 @@ def engine() -> str:
 
 
 def engine_options() -> dict[str, object]:
-    raw = os.environ.get("DLTRAIN_ENGINE_OPTIONS", "").strip()
+    return _json_object("DLTRAIN_ENGINE_OPTIONS", {})
+
+
+def train_backend() -> str:
+    """``DLTRAIN_TRAIN_BACKEND``: where the retrain DAG trains (default 2-process DDP)."""
+    return os.environ.get("DLTRAIN_TRAIN_BACKEND", "torch_distributor")
+
+
+def train_backend_options() -> dict[str, object]:
+    """``DLTRAIN_TRAIN_BACKEND_OPTIONS`` (JSON object); default ``{"num_processes": 2}``."""
+    return _json_object("DLTRAIN_TRAIN_BACKEND_OPTIONS", {"num_processes": 2})
+
+
+def _json_object(name: str, default: dict[str, object]) -> dict[str, object]:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return {}
+        return dict(default)
     try:
         value = json.loads(raw)
     except ValueError as err:
-        raise ValueError(f"DLTRAIN_ENGINE_OPTIONS is not JSON: {err}") from err
+        raise ValueError(f"{name} is not JSON: {err}") from err
     if not isinstance(value, dict):
-        raise ValueError("DLTRAIN_ENGINE_OPTIONS must be a JSON object")
+        raise ValueError(f"{name} must be a JSON object")
     return value
 
 
