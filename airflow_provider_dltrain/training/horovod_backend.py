@@ -1,7 +1,7 @@
 """``backend="horovod"``: the same ``train(ctx)`` on ranks started by ``horovodrun --gloo``.
 
 The launcher side, :class:`HorovodBackend`, pickles the :class:`RankJob` into the run directory and
-runs ``horovodrun --gloo -np N -H localhost:N python -m airflow_provider_dltrain.training.horovod_backend
+runs ``horovodrun --gloo -np N -H localhost:N python -m airflow_provider_dltrain.training.horovod_main
 <job file>``. The rank side, :func:`run_horovod_rank`, is what any Horovod launch (``horovodrun``
 or ``mpirun`` on a SageMaker or EC2 node) calls: ``hvd.init()``, ranks from Horovod, then the
 shared :func:`~airflow_provider_dltrain.training.worker.execute` with :class:`HorovodCollectives`,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 JOB_FILE = "job.pkl"
-_ENTRY = "airflow_provider_dltrain.training.horovod_backend"
+_ENTRY = "airflow_provider_dltrain.training.horovod_main"
 
 
 def import_horovod() -> Any:
@@ -146,7 +146,7 @@ def run_horovod_rank(payload: bytes) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m airflow_provider_dltrain.training.horovod_backend JOB_FILE``: one Horovod rank."""
+    """``python -m airflow_provider_dltrain.training.horovod_main JOB_FILE``: one Horovod rank."""
     if len(argv) != 1:
         print(f"usage: python -m {_ENTRY} JOB_FILE", file=sys.stderr)
         return 2
@@ -273,7 +273,3 @@ def _launch(command: list[str], env: dict[str, str]) -> tuple[int, str]:
         except BaseException:
             proc.terminate()  # the task was killed: no rank outlives it
             raise
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -107,7 +107,7 @@ def test_horovod_backend_launches_horovodrun_gloo_with_the_rank_entry_and_reject
     command = backend.command("/runs/r/job.pkl")
     assert os.path.basename(command[0]) == "horovodrun" and os.access(command[0], os.X_OK)
     assert command[1:6] == ["--gloo", "-np", "3", "-H", "localhost:3"]
-    assert command[-3:] == ["-m", "airflow_provider_dltrain.training.horovod_backend", "/runs/r/job.pkl"]
+    assert command[-3:] == ["-m", "airflow_provider_dltrain.training.horovod_main", "/runs/r/job.pkl"]
     with pytest.raises(InvalidSpecError, match="every host mounts"):
         HorovodBackend(run_uri="s3://bucket/runs")
     with pytest.raises(InvalidSpecError, match="num_processes"):
