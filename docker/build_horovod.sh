@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Build Horovod (PyTorch + Gloo, no MPI/TensorFlow/MXNet) against the torch already installed, cache
 # the wheel outside the clone, and install it. Used by `make horovod` and docker/Dockerfile.train.
-#   docker/build_horovod.sh [PYTHON]        (default: python3; env: HOROVOD_VERSION, HOROVOD_WITH_MPI)
+#   docker/build_horovod.sh [PYTHON]        (default: python3)
+# Environment: HOROVOD_VERSION (0.28.1); HOROVOD_WITH_MPI=1 also builds the MPI controller (for
+# mpirun / SageMaker's MPI launcher; needs an MPI); HOROVOD_GPU_OPERATIONS=NCCL for CUDA tensors.
 # Horovod 0.28.1 (the latest release) asks CMake for C++14 while torch >= 2.x headers need C++17, so
 # `pip install horovod` fails to compile; the sdist is patched in both CMakeLists before building.
-# The cache key is horovod version + torch version + Python tag: a new torch builds a new wheel.
+# The cache key is horovod version + torch version + Python tag (+ the MPI / GPU variant): a new
+# torch builds a new wheel.
 set -euo pipefail
 
 PY="${1:-python3}"
@@ -13,7 +16,11 @@ CACHE_ROOT="${DLTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dltrain/wheel
 
 torch_version="$("$PY" -c 'import torch; print(torch.__version__)')"
 py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')"
-cache_dir="$CACHE_ROOT/horovod-$HOROVOD_VERSION-torch-$torch_version-$py_tag"
+[[ -z "${HOROVOD_GPU_OPERATIONS:-}" ]] && unset HOROVOD_GPU_OPERATIONS  # empty is not "none" to CMake
+variant=""
+[[ "${HOROVOD_WITH_MPI:-0}" == 1 ]] && variant+="-mpi"
+[[ -n "${HOROVOD_GPU_OPERATIONS:-}" ]] && variant+="-${HOROVOD_GPU_OPERATIONS,,}"
+cache_dir="$CACHE_ROOT/horovod-$HOROVOD_VERSION-torch-$torch_version-$py_tag$variant"
 
 if ! compgen -G "$cache_dir/horovod-$HOROVOD_VERSION-*.whl" >/dev/null; then
     work="$(mktemp -d)"
