@@ -58,13 +58,13 @@ class _GradientAverager:
     """
 
     def __init__(self, hvd: Any, model: Any, prefix: str) -> None:
-        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self.hvd = hvd
         self.params = [(f"{prefix}.{n}", p) for n, p in model.named_parameters() if p.requires_grad]
         self.pending: dict[str, Any] = {}
         self.hooks = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in self.params]
-        self.hooks.append(torch.optim.optimizer.register_optimizer_step_pre_hook(self._flush))
+        self.hooks.append(register_optimizer_step_pre_hook(self._flush))
 
     def _hook(self, name: str) -> Any:
         def hook(param: Any) -> None:
