@@ -29,9 +29,9 @@ def test_retrain_dag_with_horovod_trains_two_ranks_registers_and_scores(tmp_path
     bad = [o for o in outcomes if not o.ok]
     assert len(outcomes) == 2 and not bad, bad[0].tail if bad else outcomes
 
-    import mlflow
+    from airflow_provider_dltrain.registry.config import TrackingConfig
 
-    client = mlflow.MlflowClient(paths.mlflow_uri())
+    client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()
     experiment = client.get_experiment_by_name("dltrain_digits")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
