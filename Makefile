@@ -11,6 +11,9 @@ export DLTRAIN_HOME ?= $(CURDIR)/.dltrain
 DEMO_START ?= 2026-11-24
 DEMO_DAYS ?= 3
 PYTEST_ARGS ?=
+# Horovod 0.28.1 built against the venv's torch (C++17 patch), cached as a wheel outside the clone.
+HOROVOD_VERSION ?= 0.28.1
+HOROVOD_MARK := $(VENV)/.horovod-$(HOROVOD_VERSION)
 # Spark 3.5 (AWS Glue 5, EMR 7) next to the main venv's Spark 4: an overlay venv holding only pyspark
 # 3.5 and its py4j, which sees everything else (torch, deltalake, Airflow...) in $(VENV) through a
 # .pth file. `make test SPARK35_TESTS=` skips the Spark 3.5 run.
@@ -25,7 +28,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 horovod bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -39,7 +42,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)
 
-test: install
+test: install horovod
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
 
@@ -60,7 +63,13 @@ $(SPARK35_MARK): $(VENV)/.installed
 		assert p.__file__.startswith("$(CURDIR)/"), p.__file__'
 	touch $@
 
-bench: install
+horovod: $(HOROVOD_MARK)
+
+$(HOROVOD_MARK): $(VENV)/.installed docker/build_horovod.sh
+	HOROVOD_VERSION=$(HOROVOD_VERSION) docker/build_horovod.sh $(PY)
+	touch $@
+
+bench: install horovod
 	$(PY) -m benchmarks
 
 lint: install

@@ -5,7 +5,8 @@ For the run covering [D, D+1):
    any partition at or before D (later partitions never move it; a restated earlier one does);
 2. skip training when the content of ``ds <= D``, the training code and the hyper-parameters are
    unchanged since the model that is champion for D (the reason is logged); otherwise train on
-   ``ds <= D`` with 2 DDP processes, or where ``DLTRAIN_TRAIN_BACKEND`` says (e.g. ``sagemaker``);
+   ``ds <= D`` with 2 DDP processes, or where ``DLTRAIN_TRAIN_BACKEND``/``_OPTIONS`` say (``horovod``,
+   ``sagemaker``, ``ec2``);
 3. register the model behind the gate: the champion for D and the new model are both scored on the
    new model's validation rows (``val_accuracy``, higher is better) — a backfill of an old date
    never moves the live ``champion`` alias;

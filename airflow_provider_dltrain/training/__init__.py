@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from airflow_provider_dltrain.training.backends import (
     Backend,
+    HorovodBackend,
     LocalBackend,
     TorchDistributorBackend,
     get_backend,
@@ -21,6 +22,7 @@ from airflow_provider_dltrain.training.context import TrainContext
 from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerprint, normalize_filter, resolve
 from airflow_provider_dltrain.training.errors import TrainingUserError
 from airflow_provider_dltrain.training.hashing import code_hash, params_hash
+from airflow_provider_dltrain.training.horovod_backend import run_horovod_rank
 from airflow_provider_dltrain.training.loader import DeltaLoader, LoaderSpec, rank_slices, step_layout
 from airflow_provider_dltrain.training.runner import (
     IDENTITY_TAGS,
@@ -39,6 +41,7 @@ __all__ = [
     "Backend",
     "DataFile",
     "DeltaLoader",
+    "HorovodBackend",
     "LoaderSpec",
     "LocalBackend",
     "RankJob",
@@ -58,6 +61,7 @@ __all__ = [
     "register_backend",
     "resolve",
     "run_training",
+    "run_horovod_rank",
     "run_identity",
     "run_rank",
     "step_layout",

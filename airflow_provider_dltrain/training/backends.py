@@ -1,4 +1,4 @@
-"""Where the training function runs: in this process, or as a DDP job launched by TorchDistributor.
+"""Where the training function runs: this process, a TorchDistributor DDP job, or Horovod ranks.
 
 A backend is anything with ``name``, ``world_size`` and ``run(job) -> rank 0's report`` that raises
 :class:`~airflow_provider_dltrain.exceptions.TrainingFailedError` (or its user-error subclass) on
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
+from airflow_provider_dltrain.training.horovod_backend import HorovodBackend
 from airflow_provider_dltrain.training.rundir import RUN_URI_ENV, check_run_uri, default_run_root
 from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
 
@@ -172,6 +173,7 @@ class TorchDistributorBackend:
 BACKENDS: dict[str, Callable[..., Backend]] = {
     LocalBackend.name: LocalBackend,
     TorchDistributorBackend.name: TorchDistributorBackend,
+    HorovodBackend.name: HorovodBackend,
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.data import ScanPlan
@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_dltrain.training")
 
 ReduceOp = Literal["sum", "mean", "max", "min"]
+REDUCE_OPS = ("sum", "mean", "max", "min")
+
+
+class Collectives(Protocol):
+    """How ranks talk when they are not a ``torch.distributed`` process group (Horovod, say)."""
+
+    def wrap(self, model: Any) -> Any: ...
+
+    def allreduce(self, tensor: Any, op: ReduceOp) -> Any: ...
+
+    def barrier(self) -> None: ...
 
 
 class TrainContext:
@@ -53,6 +64,7 @@ class TrainContext:
         tracker: RankTracker | None = None,
         stopper: TrialStopper | None = None,
         early_stopping: bool = False,
+        collectives: Collectives | None = None,
     ) -> None:
         import torch
 
@@ -68,6 +80,7 @@ class TrainContext:
         self.stop_decision: StopDecision | None = None
         self.last_metrics: dict[str, float] = {}
         self._handles_stopping = False
+        self.collectives = collectives  # None: torch.distributed (DDP) when world_size > 1
         self.model: Any = None  # the unwrapped model given to ``wrap``
         self.model_uri: str | None = None
         self.rows_seen: dict[str, int] = {}
@@ -154,11 +167,17 @@ class TrainContext:
 
     # -- model ----------------------------------------------------------------------------------
     def wrap(self, model: Any) -> Any:
-        """Move ``model`` to the device; wrap it in DistributedDataParallel when ``world_size > 1``."""
+        """Move ``model`` to the device; with ``world_size > 1``, make its gradients averaged over ranks.
+
+        That is DistributedDataParallel, or under Horovod the same model with rank 0's initial state
+        broadcast and gradients averaged by Horovod as ``backward`` produces them.
+        """
         model = model.to(self.device)
         self.model = model
         if self.world_size <= 1:
             return model
+        if self.collectives is not None:
+            return self.collectives.wrap(model)
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -276,20 +295,23 @@ class TrainContext:
         """Combine per-rank numbers (e.g. correct predictions and counts) across all ranks."""
         if self.world_size <= 1:
             return {k: float(v) for k, v in values.items()}
+        if op not in REDUCE_OPS:
+            raise InvalidSpecError(f"allreduce op must be one of {sorted(REDUCE_OPS)}, got {op!r}")
         import torch
-        import torch.distributed as dist
 
         keys = sorted(values)
         # on the rank's device: NCCL only reduces CUDA tensors (gloo takes CPU ones)
         tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
+        if self.collectives is not None:
+            return dict(zip(keys, self.collectives.allreduce(tensor, op).tolist(), strict=True))
+        import torch.distributed as dist
+
         reduce_op = {
             "sum": dist.ReduceOp.SUM,
             "mean": dist.ReduceOp.SUM,
             "max": dist.ReduceOp.MAX,
             "min": dist.ReduceOp.MIN,
         }
-        if op not in reduce_op:
-            raise InvalidSpecError(f"allreduce op must be one of {sorted(reduce_op)}, got {op!r}")
         dist.all_reduce(tensor, op=reduce_op[op])
         if op == "mean":
             tensor /= self.world_size
@@ -297,7 +319,9 @@ class TrainContext:
 
     def barrier(self) -> None:
         """Wait until every rank reaches this point."""
-        if self.world_size > 1:
+        if self.world_size > 1 and self.collectives is not None:
+            self.collectives.barrier()
+        elif self.world_size > 1:
             import torch.distributed as dist
 
             dist.barrier()

@@ -125,8 +125,13 @@ def _device(local_rank: int) -> Any:
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 0) -> dict[str, Any]:
-    """Run ``train(ctx)`` as ``rank``; return this rank's report (metrics, model URI, weights digest)."""
+def execute(
+    job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 0, collectives: Any = None
+) -> dict[str, Any]:
+    """Run ``train(ctx)`` as ``rank``; return this rank's report (metrics, model URI, weights digest).
+
+    ``collectives``: how ranks talk when not through ``torch.distributed`` (see ``TrainContext``).
+    """
     import torch
 
     from airflow_provider_dltrain.training.context import TrainContext
@@ -146,6 +151,7 @@ def execute(job: RankJob, rank: int = 0, world_size: int = 1, local_rank: int = 
             tracker=tracker,
             stopper=_stopper(job, rank),
             early_stopping=job.early_stopping is not None,
+            collectives=collectives,
         )
         with deterministic_torch():
             seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers

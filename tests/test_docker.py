@@ -1,0 +1,158 @@
+"""docker/ without a Docker engine: hadolint, COPY sources, the ignore file and the compose file."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKER = REPO / "docker"
+DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
+HEAVY = [".venv", ".venv-spark35", ".dltrain", ".git", "__pycache__", "airflow_provider_dltrain/__pycache__"]
+HADOLINT = Path(sys.executable).with_name("hadolint")
+
+
+def copy_sources(dockerfile: Path) -> list[str]:
+    """The context paths every COPY/ADD of ``dockerfile`` reads (``--from`` stages excluded)."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    sources = []
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True) if line.strip() else []
+        if not words or words[0].upper() not in ("COPY", "ADD"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]):
+            continue
+        sources.extend(args[:-1])
+    return sources
+
+
+def _matches(prefix: str, pattern: str) -> bool:
+    # fnmatch's ``*`` also crosses ``/``: a pattern without ``**/`` must match at its own depth
+    if pattern.startswith("**/"):
+        rest = pattern[3:]
+        return fnmatch.fnmatchcase(prefix, rest) or fnmatch.fnmatchcase(prefix, f"*/{rest}")
+    return fnmatch.fnmatchcase(prefix, pattern) and prefix.count("/") == pattern.count("/")
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Whether the ignore file keeps ``path`` (or a directory above it) out of the build context."""
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    result = False
+    for raw in patterns:
+        negate, pattern = raw.startswith("!"), raw.lstrip("!").rstrip("/")
+        if any(_matches(prefix, pattern) for prefix in prefixes):
+            result = not negate
+    return result
+
+
+def ignore_patterns() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_dockerfile_passes_hadolint(dockerfile):
+    lint = subprocess.run([str(HADOLINT), str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_copy_source_exists_and_is_not_ignored(dockerfile):
+    sources = copy_sources(dockerfile)
+    assert sources, f"{dockerfile.name} copies nothing from the context"
+    patterns = ignore_patterns()
+    for source in sources:
+        assert (REPO / source).exists(), f"{dockerfile.name}: COPY {source} does not exist"
+        assert not ignored(source, patterns), f"{dockerfile.name}: COPY {source} is excluded by .dockerignore"
+
+
+def test_dockerignore_keeps_environments_state_and_history_out():
+    patterns = ignore_patterns()
+    assert all(ignored(path, patterns) for path in HEAVY), [p for p in HEAVY if not ignored(p, patterns)]
+    assert ignored("docker/.env", patterns)  # the deployment's secrets
+    assert not ignored("airflow_provider_dltrain/training/worker.py", patterns)
+
+
+def test_no_dockerfile_hardcodes_an_architecture():
+    for dockerfile in DOCKERFILES:
+        code = "\n".join(line for line in dockerfile.read_text().splitlines() if not line.startswith("#"))
+        assert not re.search(r"amd64|x86_64|aarch64|arm64", code), dockerfile.name
+
+
+def test_the_checks_catch_a_missing_copy_source_and_a_leaky_ignore_file(tmp_path):
+    broken = tmp_path / "Dockerfile"
+    broken.write_text("FROM python:3.11\nCOPY --chown=1:1 nowhere/ a.txt /opt/\n")
+    assert copy_sources(broken) == ["nowhere/", "a.txt"]
+    assert not (REPO / "nowhere").exists()
+    assert not ignored(".venv/bin/python", [".dltrain", "**/__pycache__"])
+    assert ignored("a/b/__pycache__/x.pyc", ["**/__pycache__"])
+    assert not ignored("a/.git", [".git"])  # a top-level pattern only matches at the top
+
+
+def _compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def _listening_ports(service: dict) -> set[int]:
+    """Ports a service's command says it listens on (``--port=N``, ``--port N``, ``-s3.port=N``)."""
+    command = service.get("command") or []
+    text = " ".join(command) if isinstance(command, list) else str(command)
+    return {int(p) for p in re.findall(r"-(?:s3\.)?port[= ](\d+)", text)}
+
+
+def test_compose_file_parses_and_names_only_existing_builds_files_and_services():
+    compose = _compose()
+    services = compose["services"]
+    assert {"api-server", "scheduler", "dag-processor", "triggerer", "postgres", "mlflow", "s3"} <= set(
+        services
+    )
+    for name, service in services.items():
+        build = service.get("build")
+        if build:
+            context = (DOCKER / build["context"]).resolve()
+            assert context == REPO, f"{name}: build context {context} is not the repository root"
+            assert (context / build["dockerfile"]).is_file(), f"{name}: no {build['dockerfile']}"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DOCKER / source).is_file(), f"{name}: mounts missing {source}"
+            else:
+                assert source in compose["volumes"], f"{name}: undeclared volume {source}"
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown service {dependency}"
+
+
+def test_compose_ports_are_unique_and_match_what_each_service_listens_on():
+    services = _compose()["services"]
+    published = [p for s in services.values() for p in s.get("ports", [])]
+    host_ports = [p.split(":")[0] for p in published]
+    assert len(host_ports) == len(set(host_ports)), host_ports
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            container = int(mapping.split(":")[1])
+            assert container in _listening_ports(service), (
+                f"{name} publishes {container} but listens elsewhere"
+            )
+    # every http://service:port URL in the file points at a service listening on that port
+    text = (DOCKER / "compose.yaml").read_text()
+    urls = set(re.findall(r"https?://([a-z0-9-]+):(\d+)", text))
+    assert urls, "no service URLs found"
+    for host, port in urls:
+        if host == "localhost":
+            continue
+        assert host in services and int(port) in _listening_ports(services[host]), (host, port)
+
+
+def test_shell_scripts_of_docker_parse():
+    for script in ("build_horovod.sh", "train"):
+        check = subprocess.run(["bash", "-n", str(DOCKER / script)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
