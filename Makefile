@@ -25,7 +25,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)
 
-test: install
+test: install chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
 
@@ -59,6 +59,14 @@ $(SPARK35_MARK): $(VENV)/.installed
 		assert pyspark.__version__ == "$(SPARK35_VERSION)" and m.version("py4j") == "$(SPARK35_PY4J)", pyspark.__version__; \
 		assert p.__file__.startswith("$(CURDIR)/"), p.__file__'
 	touch $@
+
+# tests/e2e/test_ui_browser.py drives Debian's Chromium (Playwright cannot download a browser here).
+CHROMIUM := /usr/lib/chromium/chromium
+chromium:
+	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	@test -x $(CHROMIUM) || { echo "the UI test needs Chromium at $(CHROMIUM):" \
+		"run 'sudo apt-get install -y chromium' (Debian/Ubuntu package chromium)" >&2; exit 1; }
 
 bench: install
 	$(PY) -m benchmarks

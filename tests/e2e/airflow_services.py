@@ -42,11 +42,17 @@ class AirflowApi:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.base}{path}", data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                text = resp.read().decode()
-        except urllib.error.HTTPError as err:
-            raise AssertionError(f"{method} {path} -> {err.code}: {err.read().decode()[:500]}") from err
+        # A read may wait long for the SQLite lock on a busy machine; asking again is harmless.
+        for attempt in range(3 if method == "GET" else 1):
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    text = resp.read().decode()
+                break
+            except urllib.error.HTTPError as err:
+                raise AssertionError(f"{method} {path} -> {err.code}: {err.read().decode()[:500]}") from err
+            except TimeoutError:
+                if attempt == 2 or method != "GET":
+                    raise
         return json.loads(text) if text else None
 
 
@@ -76,6 +82,9 @@ def airflow_services(
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             # the default 8793 may be taken by another Airflow on this machine
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            # 5 s by default: on a busy machine a task's start call times out, is retried, and the
+            # retry is refused because the first call did start it - the try fails for nothing
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         }
     )
     home.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,8 @@ from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_fo
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
 from tests.e2e.side_services import fake_aws, mlflow_server
 
-pytestmark = pytest.mark.slow
+# Minutes on a quiet machine; the first test also waits for the services and the nightly.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 CHROMIUM = "/usr/lib/chromium/chromium"
 DAG = "dltrain_retrain"
@@ -67,7 +68,7 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
                     api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
                 for dag_id in ("dltrain_ingest", DAG):
                     backfill = create_backfill(api, dag_id, [DAY])
-                    runs = wait_for_backfill(api, backfill, dag_id, 1, timeout=600)
+                    runs = wait_for_backfill(api, backfill, dag_id, 1, timeout=900)
                     assert {r["state"] for r in runs} == {"success"}, runs
                 yield {"api": api, "aws": aws, "tracking_uri": tracking_uri, "run": runs[0]}
         assert not aws["leaks"](), "cloud resources left running"
@@ -195,7 +196,9 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
         b for b in api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"] if not b["completed_at"]
     ]
     assert created["reprocess_behavior"] == "completed" and created["from_date"][:10] == DAY
-    runs = wait_for_backfill(api, created["id"], DAG, 1, timeout=600)
+    runs = wait_for_backfill(api, created["id"], DAG, 1, timeout=900)
     assert_reran_and_reproduced(api, runs, [DAY], before, stack["tracking_uri"])
     page.goto(f"/dags/{DAG}/runs/{runs[0]['dag_run_id']}")
     page.screenshot(path=str(artifacts / "backfill-run.png"))
+    page.goto(f"/dags/{DAG}/backfills")
+    page.screenshot(path=str(artifacts / "backfills.png"))
