@@ -10,6 +10,7 @@ backfill form, which must give the nightly answer again. Screenshots go to ``$DL
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -61,7 +62,7 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
         mp.setenv("DLTRAIN_HOME", str(tmp / "home"))
         with mlflow_server(tmp / "mlflow", artifacts / "mlflow.log") as tracking_uri:
             mp.setenv("MLFLOW_TRACKING_URI", tracking_uri)
-            env = _demo_env(aws)
+            env = _demo_env(aws, mp)
             with airflow_services(tmp / "airflow", env, artifacts, login=True) as api:
                 for dag_id in ("dltrain_ingest", DAG):
                     wait_for_dag(api, dag_id)
@@ -74,7 +75,8 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
         assert not aws["leaks"](), "cloud resources left running"
 
 
-def _demo_env(aws: dict) -> dict[str, str]:
+def _demo_env(aws: dict, mp: pytest.MonkeyPatch) -> dict[str, str]:
+    """Seed DAY; the Spark stages as Glue jobs on the fake AWS; the Airflow environment."""
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.demo.run import airflow_env
     from airflow_provider_dltrain.demo.seed import seed
@@ -90,14 +92,10 @@ def _demo_env(aws: dict) -> dict[str, str]:
         "extra": {"endpoint_url": aws["endpoint"], "region_name": "us-east-1"},
     }
     options = {"staging_uri": f"s3://{bucket}/staging", "role": "arn:aws:iam::123456789012:role/GlueRole"}
-    os.environ.update(
-        {
-            "DLTRAIN_ENGINE": "glue",
-            "DLTRAIN_ENGINE_OPTIONS": json.dumps(options),
-            "DLTRAIN_AWS_CONN_ID": "aws_lake",
-            "AIRFLOW_CONN_AWS_LAKE": json.dumps(conn),
-        }
-    )
+    mp.setenv("DLTRAIN_ENGINE", "glue")
+    mp.setenv("DLTRAIN_ENGINE_OPTIONS", json.dumps(options))
+    mp.setenv("DLTRAIN_AWS_CONN_ID", "aws_lake")
+    mp.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(conn))
     env = airflow_env()
     env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"  # only backfills create runs
     return env
@@ -119,7 +117,7 @@ def page(stack, artifacts):
             reduced_motion="reduce",
         )
         page = context.new_page()
-        page.set_default_timeout(30_000)
+        page.set_default_timeout(120_000)  # a busy 2-core machine renders slowly
         page.goto(f"/dags/{DAG}")
         page.get_by_label("Username").fill(USER)
         page.get_by_label("Password").fill(PASSWORD)
@@ -130,45 +128,61 @@ def page(stack, artifacts):
         browser.close()
 
 
+@contextlib.contextmanager
+def _shot_on_failure(page, artifacts: Path, name: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        page.screenshot(path=str(artifacts / f"failed-{name}.png"))
+        raise
+
+
 def test_retrain_graph_shows_every_task_with_its_operator_class(page, artifacts):
     from playwright.sync_api import expect
 
     page.goto(f"/dags/{DAG}")
-    page.get_by_role("button", name="Show Graph").click()
-    for task_id, operator in TASK_TYPES.items():
-        node = page.get_by_test_id(f"rf__node-{task_id}")
-        expect(node).to_be_visible()
-        expect(node).to_contain_text(task_id)
-        expect(node).to_contain_text(operator)
-    ids = list(TASK_TYPES)
-    for up, down in itertools.pairwise(ids):
-        expect(page.get_by_test_id(f"rf__edge-{up}-{down}")).to_be_attached()
+    with _shot_on_failure(page, artifacts, "graph"):
+        page.get_by_role("button", name=re.compile("Graph")).first.click()
+        for task_id, operator in TASK_TYPES.items():
+            node = page.get_by_test_id(f"rf__node-{task_id}")
+            expect(node).to_be_visible()
+            expect(node).to_contain_text(task_id)
+            expect(node).to_contain_text(operator)
+        for up, down in itertools.pairwise(TASK_TYPES):
+            expect(page.get_by_test_id(f"rf__edge-{up}-{down}")).to_be_attached()
     page.screenshot(path=str(artifacts / "retrain-graph.png"))
 
 
 def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, artifacts):
     from playwright.sync_api import expect
 
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from tests.e2e.backfill_checks import MODEL
     from tests.engines.engine_helpers import aws_client
 
-    api, run_id = stack["api"], stack["run"]["dag_run_id"]
-    train = api.call(
-        "GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/train/xcomEntries/return_value"
-    )
-    result = train["value"] if isinstance(train["value"], dict) else json.loads(train["value"])
-    mlflow_url = f"{stack['tracking_uri']}/#/experiments/{result['experiment_id']}/runs/{result['run_id']}"
-    (glue_run,) = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
-
-    for task_id, name, expected in (
-        ("train", "MLflow run", mlflow_url),
-        ("score", "Job console", glue_run["Id"]),
-    ):
+    run_id = stack["run"]["dag_run_id"]
+    links = {}
+    for task_id, name in (("train", "MLflow run"), ("score", "Job console")):
         page.goto(f"/dags/{DAG}/runs/{run_id}/tasks/{task_id}")
-        link = page.get_by_role("link", name=name, exact=True)
-        expect(link).to_be_visible()
-        href = link.get_attribute("href") or ""
-        assert expected in href, (task_id, href)
+        with _shot_on_failure(page, artifacts, f"task-{task_id}"):
+            link = page.get_by_role("link", name=name, exact=True)
+            expect(link).to_be_visible()
+            links[task_id] = link.get_attribute("href") or ""
         page.screenshot(path=str(artifacts / f"task-{task_id}-links.png"))
+
+    # the MLflow page of the run that trained the champion for DAY
+    found = re.fullmatch(
+        re.escape(stack["tracking_uri"]) + r"/#/experiments/(\d+)/runs/(\w+)", links["train"]
+    )
+    assert found, links["train"]
+    client = TrackingConfig(tracking_uri=stack["tracking_uri"]).client()
+    champion = client.get_model_version_by_alias(MODEL, "champion")
+    assert found.group(2) == champion.run_id
+    assert found.group(1) == client.get_run(champion.run_id).info.experiment_id
+    # the Glue console page of the one job run that scored DAY
+    (glue_run,) = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
+    assert links["score"].startswith("https://us-east-1.console.aws.amazon.com/gluestudio/"), links["score"]
+    assert glue_run["Id"] in links["score"] and SCORE_JOB in links["score"], links["score"]
 
 
 def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, stack, artifacts):
@@ -177,28 +191,27 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
     api = stack["api"]
     before = snapshot([DAY], stack["tracking_uri"])
     page.goto(f"/dags/{DAG}")
-    page.get_by_test_id("trigger-dag-button").click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_role("radio", name="Backfill").check(force=True)
-    dialog = dialog.filter(has=page.get_by_role("heading", name=f"Run Backfill - {DAG}"))
-    for index in (0, 1):
-        dialog.get_by_test_id("datetime-input").nth(index).click()
-        page.get_by_placeholder("YYYY/MM/DD").fill(DAY.replace("-", "/"))
-        page.get_by_placeholder("HH:mm").fill("00:00")
-        dialog.get_by_role("heading", name=f"Run Backfill - {DAG}").click()
-    dialog.get_by_role("radio", name="All Runs").check(force=True)
-    expect(dialog.get_by_text("1 run will be triggered.")).to_be_visible()
-    page.screenshot(path=str(artifacts / "backfill-form.png"))
-    dialog.get_by_role("button", name="Run Backfill").click()
-    expect(dialog).to_be_hidden()
+    with _shot_on_failure(page, artifacts, "backfill-form"):
+        page.get_by_test_id("trigger-dag-button").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("radio", name="Backfill").check(force=True)
+        heading = page.get_by_role("heading", name=f"Run Backfill - {DAG}")
+        dialog = dialog.filter(has=heading)
+        for index in (0, 1):
+            dialog.get_by_test_id("datetime-input").nth(index).click()
+            page.get_by_placeholder("YYYY/MM/DD").fill(DAY.replace("-", "/"))
+            page.get_by_placeholder("HH:mm").fill("00:00")
+            heading.click()
+        dialog.get_by_role("radio", name="All Runs").check(force=True)
+        expect(dialog.get_by_text(re.compile(r"1 runs? will be triggered"))).to_be_visible()
+        page.screenshot(path=str(artifacts / "backfill-form.png"))
+        dialog.get_by_role("button", name="Run Backfill").click()
+        expect(dialog).to_be_hidden()
 
-    (created,) = [
-        b for b in api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"] if not b["completed_at"]
-    ]
+    listed = api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
+    (created,) = [b for b in listed if not b["completed_at"]]
     assert created["reprocess_behavior"] == "completed" and created["from_date"][:10] == DAY
     runs = wait_for_backfill(api, created["id"], DAG, 1, timeout=900)
-    assert_reran_and_reproduced(api, runs, [DAY], before, stack["tracking_uri"])
     page.goto(f"/dags/{DAG}/runs/{runs[0]['dag_run_id']}")
     page.screenshot(path=str(artifacts / "backfill-run.png"))
-    page.goto(f"/dags/{DAG}/backfills")
-    page.screenshot(path=str(artifacts / "backfills.png"))
+    assert_reran_and_reproduced(api, runs, [DAY], before, stack["tracking_uri"])
