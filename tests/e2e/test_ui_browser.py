@@ -163,7 +163,7 @@ def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, art
     run_id = stack["run"]["dag_run_id"]
     links = {}
     for task_id, name in (("train", "MLflow run"), ("score", "Job console")):
-        page.goto(f"/dags/{DAG}/runs/{run_id}/tasks/{task_id}")
+        page.goto(f"/dags/{DAG}/runs/{run_id}/tasks/{task_id}/details")  # Extra Links are there
         with _shot_on_failure(page, artifacts, f"task-{task_id}"):
             link = page.get_by_role("link", name=name, exact=True)
             expect(link).to_be_visible()
