@@ -106,7 +106,9 @@ def page(stack, artifacts):
     """A logged-in Chromium page on the api-server."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (make test does it as root)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=120_000)  # 5 s by default: too short for a busy 2-core machine
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
