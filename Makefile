@@ -28,7 +28,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 horovod bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 horovod chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -42,7 +42,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)
 
-test: install horovod
+test: install horovod chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
 
@@ -68,6 +68,14 @@ horovod: $(HOROVOD_MARK)
 $(HOROVOD_MARK): $(VENV)/.installed docker/build_horovod.sh
 	HOROVOD_VERSION=$(HOROVOD_VERSION) docker/build_horovod.sh $(PY)
 	touch $@
+
+# tests/e2e/test_ui_browser.py drives Debian's Chromium (Playwright cannot download a browser here).
+CHROMIUM := /usr/lib/chromium/chromium
+chromium:
+	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	@test -x $(CHROMIUM) || { echo "the UI test needs Chromium at $(CHROMIUM):" \
+		"run 'sudo apt-get install -y chromium' (Debian/Ubuntu package chromium)" >&2; exit 1; }
 
 bench: install horovod
 	$(PY) -m benchmarks

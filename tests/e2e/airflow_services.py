@@ -21,27 +21,47 @@ from typing import Any
 
 from tests.conftest import free_port, wait_for_port
 
+# The login a test with ``login=True`` uses, in the UI and for the REST API.
+USER, PASSWORD = "admin", "admin"
+
 
 class AirflowApi:
     def __init__(self, base: str, env: dict[str, str] | None = None) -> None:
         self.base = base.rstrip("/")
         self.env = dict(env or {})  # the services' environment, to start more Airflow processes alike
+        self.token: str | None = None
+
+    def log_in(self) -> None:
+        """Get a JWT from ``POST /auth/token`` and send it with every later call."""
+        self.token = self.call("POST", "/auth/token", {"username": USER, "password": PASSWORD})[
+            "access_token"
+        ]
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(
-            f"{self.base}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                text = resp.read().decode()
-        except urllib.error.HTTPError as err:
-            raise AssertionError(f"{method} {path} -> {err.code}: {err.read().decode()[:500]}") from err
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(f"{self.base}{path}", data=data, method=method, headers=headers)
+        # A read may wait long for the SQLite lock on a busy machine; asking again is harmless.
+        for attempt in range(3 if method == "GET" else 1):
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    text = resp.read().decode()
+                break
+            except urllib.error.HTTPError as err:
+                raise AssertionError(f"{method} {path} -> {err.code}: {err.read().decode()[:500]}") from err
+            except TimeoutError:
+                if attempt == 2 or method != "GET":
+                    raise
         return json.loads(text) if text else None
 
 
 @contextlib.contextmanager
-def airflow_services(home: Path, env_extra: dict[str, str], log_dir: Path) -> Iterator[AirflowApi]:
+def airflow_services(
+    home: Path, env_extra: dict[str, str], log_dir: Path, login: bool = False
+) -> Iterator[AirflowApi]:
+    """Yield a client of the api-server. ``login=True``: a login page and a token, user ``USER``."""
     port = free_port()
     env = dict(os.environ)
     env.update(env_extra)
@@ -61,9 +81,21 @@ def airflow_services(home: Path, env_extra: dict[str, str], log_dir: Path) -> It
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            # the default 8793 may be taken by another Airflow on this machine
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            # 5 s by default: on a busy machine a task's start call times out, is retried, and the
+            # retry is refused because the first call did start it - the try fails for nothing
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         }
     )
     home.mkdir(parents=True, exist_ok=True)
+    if login:
+        # the simple auth manager only generates passwords for users missing from this file
+        passwords = home / "passwords.json"
+        passwords.write_text(json.dumps({USER: PASSWORD}))
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "False"
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = f"{USER}:admin"
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(passwords)
     log_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True
@@ -88,7 +120,10 @@ def airflow_services(home: Path, env_extra: dict[str, str], log_dir: Path) -> It
             )
             if name == "api-server":
                 wait_for_port(port, timeout=120, proc=procs[0])
-        yield AirflowApi(f"http://127.0.0.1:{port}", env)
+        api = AirflowApi(f"http://127.0.0.1:{port}", env)
+        if login:
+            api.log_in()
+        yield api
     finally:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,219 @@
+"""The Airflow UI in headless Chromium against a real Airflow on 127.0.0.1.
+
+api-server (with a login) + scheduler + dag-processor on the LocalExecutor, an ``mlflow server`` for
+tracking (so the "MLflow run" link has a page to point at) and the fake AWS running the Spark stages
+as Glue jobs (so the "Job console" link has a job). The nightly run for DAY is created through the
+REST API; the browser then logs in, checks the graph and the extra links, and re-runs DAY from the
+backfill form, which must give the nightly answer again. Screenshots go to ``$DLTRAIN_TEST_ARTIFACTS``
+(or the test's tmp dir); where is printed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_for_backfill, wait_for_dag
+from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
+from tests.e2e.side_services import fake_aws, mlflow_server
+
+# Minutes on a quiet machine; the first test also waits for the services and the nightly.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+CHROMIUM = "/usr/lib/chromium/chromium"
+DAG = "dltrain_retrain"
+DAY = "2026-11-24"
+# what each node of the retrain graph must show: our operator classes
+TASK_TYPES = {
+    "wait_for_partition": "DeltaTableVersionSensor",
+    "train": "TrainModelOperator",
+    "register": "RegisterModelOperator",
+    "score": "SparkBatchInferenceOperator",
+    "lineage": "DeltaLineageOperator",
+}
+SCORE_JOB = "dltrain-dltrain_retrain-score"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory, request) -> Iterator[Path]:
+    root = os.environ.get("DLTRAIN_TEST_ARTIFACTS")
+    path = Path(root) / "ui-browser" if root else tmp_path_factory.mktemp("ui-browser")
+    path.mkdir(parents=True, exist_ok=True)
+    yield path
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nUI screenshots and service logs: {path}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
+    """The demo's nightly for DAY done (ingest + retrain, created through the REST API)."""
+    tmp = tmp_path_factory.mktemp("ui-stack")
+    with pytest.MonkeyPatch.context() as mp, fake_aws(artifacts / "fake_aws.log") as aws:
+        mp.setenv("DLTRAIN_HOME", str(tmp / "home"))
+        with mlflow_server(tmp / "mlflow", artifacts / "mlflow.log") as tracking_uri:
+            mp.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+            env = _demo_env(aws, mp)
+            with airflow_services(tmp / "airflow", env, artifacts, login=True) as api:
+                for dag_id in ("dltrain_ingest", DAG):
+                    wait_for_dag(api, dag_id)
+                    api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+                for dag_id in ("dltrain_ingest", DAG):
+                    backfill = create_backfill(api, dag_id, [DAY])
+                    runs = wait_for_backfill(api, backfill, dag_id, 1, timeout=900)
+                    assert {r["state"] for r in runs} == {"success"}, runs
+                yield {"api": api, "aws": aws, "tracking_uri": tracking_uri, "run": runs[0]}
+        assert not aws["leaks"](), "cloud resources left running"
+
+
+def _demo_env(aws: dict, mp: pytest.MonkeyPatch) -> dict[str, str]:
+    """Seed DAY; the Spark stages as Glue jobs on the fake AWS; the Airflow environment."""
+    from airflow_provider_dltrain.demo import paths
+    from airflow_provider_dltrain.demo.run import airflow_env
+    from airflow_provider_dltrain.demo.seed import seed
+    from tests.engines.engine_helpers import aws_client
+
+    seed(paths.landing(), date.fromisoformat(DAY), 1, per_day=120)
+    bucket = f"ui-{uuid.uuid4().hex[:10]}"
+    aws_client("s3", aws["endpoint"]).create_bucket(Bucket=bucket)
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"endpoint_url": aws["endpoint"], "region_name": "us-east-1"},
+    }
+    options = {"staging_uri": f"s3://{bucket}/staging", "role": "arn:aws:iam::123456789012:role/GlueRole"}
+    mp.setenv("DLTRAIN_ENGINE", "glue")
+    mp.setenv("DLTRAIN_ENGINE_OPTIONS", json.dumps(options))
+    mp.setenv("DLTRAIN_AWS_CONN_ID", "aws_lake")
+    mp.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(conn))
+    env = airflow_env()
+    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"  # only backfills create runs
+    return env
+
+
+@pytest.fixture(scope="module")
+def page(stack, artifacts):
+    """A logged-in Chromium page on the api-server."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (make test does it as root)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=120_000)  # 5 s by default: too short for a busy 2-core machine
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        context = browser.new_context(
+            viewport={"width": 1600, "height": 1000},
+            timezone_id="UTC",
+            base_url=stack["api"].base,
+            reduced_motion="reduce",
+        )
+        page = context.new_page()
+        page.set_default_timeout(120_000)  # a busy 2-core machine renders slowly
+        page.goto(f"/dags/{DAG}")
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(rf"/dags/{DAG}"))
+        yield page
+        context.close()
+        browser.close()
+
+
+@contextlib.contextmanager
+def _shot_on_failure(page, artifacts: Path, name: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        page.screenshot(path=str(artifacts / f"failed-{name}.png"))
+        raise
+
+
+def test_retrain_graph_shows_every_task_with_its_operator_class(page, artifacts):
+    from playwright.sync_api import expect
+
+    page.goto(f"/dags/{DAG}")
+    with _shot_on_failure(page, artifacts, "graph"):
+        page.get_by_role("button", name=re.compile("Graph")).first.click()
+        for task_id, operator in TASK_TYPES.items():
+            node = page.get_by_test_id(f"rf__node-{task_id}")
+            expect(node).to_be_visible()
+            expect(node).to_contain_text(task_id)
+            expect(node).to_contain_text(operator)
+        for up, down in itertools.pairwise(TASK_TYPES):
+            expect(page.get_by_test_id(f"rf__edge-{up}-{down}")).to_be_attached()
+    page.screenshot(path=str(artifacts / "retrain-graph.png"))
+
+
+def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, artifacts):
+    from playwright.sync_api import expect
+
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from tests.e2e.backfill_checks import MODEL
+    from tests.engines.engine_helpers import aws_client
+
+    run_id = stack["run"]["dag_run_id"]
+    links = {}
+    for task_id, name in (("train", "MLflow run"), ("score", "Job console")):
+        page.goto(f"/dags/{DAG}/runs/{run_id}/tasks/{task_id}/details")  # Extra Links are there
+        with _shot_on_failure(page, artifacts, f"task-{task_id}"):
+            link = page.get_by_role("link", name=name, exact=True)
+            expect(link).to_be_visible()
+            links[task_id] = link.get_attribute("href") or ""
+        page.screenshot(path=str(artifacts / f"task-{task_id}-links.png"))
+
+    # the MLflow page of the run that trained the champion for DAY
+    found = re.fullmatch(
+        re.escape(stack["tracking_uri"]) + r"/#/experiments/(\d+)/runs/(\w+)", links["train"]
+    )
+    assert found, links["train"]
+    client = TrackingConfig(tracking_uri=stack["tracking_uri"]).client()
+    champion = client.get_model_version_by_alias(MODEL, "champion")
+    assert found.group(2) == champion.run_id
+    assert found.group(1) == client.get_run(champion.run_id).info.experiment_id
+    # the Glue console page of the one job run that scored DAY
+    (glue_run,) = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
+    assert links["score"].startswith("https://us-east-1.console.aws.amazon.com/gluestudio/"), links["score"]
+    assert glue_run["Id"] in links["score"] and SCORE_JOB in links["score"], links["score"]
+
+
+def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, stack, artifacts):
+    from playwright.sync_api import expect
+
+    api = stack["api"]
+    before = snapshot([DAY], stack["tracking_uri"])
+    page.goto(f"/dags/{DAG}")
+    with _shot_on_failure(page, artifacts, "backfill-form"):
+        page.get_by_test_id("trigger-dag-button").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("radio", name="Backfill").check(force=True)
+        heading = page.get_by_role("heading", name=f"Run Backfill - {DAG}")
+        dialog = dialog.filter(has=heading)
+        for index in (0, 1):
+            dialog.get_by_test_id("datetime-input").nth(index).click()
+            page.get_by_placeholder("YYYY/MM/DD").fill(DAY.replace("-", "/"))
+            page.get_by_placeholder("HH:mm").fill("00:00")
+            heading.click()
+        dialog.get_by_role("radio", name="All Runs").check(force=True)
+        expect(dialog.get_by_text(re.compile(r"1 runs? will be triggered"))).to_be_visible()
+        page.screenshot(path=str(artifacts / "backfill-form.png"))
+        dialog.get_by_role("button", name="Run Backfill").click()
+        expect(dialog).to_be_hidden()
+
+    listed = api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
+    (created,) = [b for b in listed if not b["completed_at"]]
+    assert created["reprocess_behavior"] == "completed" and created["from_date"][:10] == DAY
+    runs = wait_for_backfill(api, created["id"], DAG, 1, timeout=900)
+    page.goto(f"/dags/{DAG}/runs/{runs[0]['dag_run_id']}")
+    page.screenshot(path=str(artifacts / "backfill-run.png"))
+    assert_reran_and_reproduced(api, runs, [DAY], before, stack["tracking_uri"])
