@@ -154,7 +154,7 @@ def _streaming_memory(root: str) -> dict[str, Any]:
         features = np.random.default_rng(0).random((rows, 256), dtype=np.float32)
         table = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), 256)})
         uri = os.path.join(root, name)
-        write_deltalake(uri, table, writer_properties=WriterProperties(max_row_group_size=1_000))
+        write_deltalake(uri, table, writer_properties=WriterProperties(max_row_group_size=250))
         plans.append(resolve({"uri": uri, "version": 0}))
     table_bytes = table.nbytes
     path = os.path.join(root, "plans.pickle")
@@ -172,7 +172,7 @@ def _streaming_memory(root: str) -> dict[str, Any]:
         "goal": "<= 2.0",
         "detail": (
             f"{growth / 2**20:.1f} MB above a {baseline / 2**20:.0f} MB baseline, buffer {STREAM_BUFFER_MB:.0f} MB, "
-            f"table {table_bytes / 2**20:.0f} MB decoded ({rows} rows, row groups of 1 MB), "
+            f"table {table_bytes / 2**20:.0f} MB decoded ({rows} rows, row groups of 0.25 MB), "
             f"{rows / seconds:,.0f} rows/s incl. process start"
         ),
     }
