@@ -15,7 +15,7 @@ How an epoch is streamed (every process computes the same layout from the survey
 * a prefetch thread reads the next units while the caller trains; rows go through a shuffle
   buffer of ``buffer_bytes`` (Arrow bytes): when it is full it is permuted (seeded by seed, epoch,
   rank, worker) and all but half of it is dealt out as batches, which are views of one gathered
-  block. Peak memory is about 1.5 buffers plus the units in flight (one prefetched, one being read).
+  block. Peak memory is about the buffer plus the units in flight (one prefetched, one being read).
 
 What this guarantees, against the in-memory global shuffle: the same seed and the same row groups
 (rows rewritten into files of other names, in another order inside a group) give the same batches;
