@@ -1,14 +1,23 @@
-"""Delta -> torch loader throughput against a raw pyarrow scan of the same files into tensors.
+"""Delta -> torch loader: against the limit, against a torch DataLoader peer, and its streaming memory.
 
-Both sides read the same Parquet files (one pinned Delta version) and produce the same tensors
-(``features`` (B, 64) float32, ``label`` (B,) int64) per batch. The reference is pyarrow's
-multi-threaded dataset scanner with no shuffle, no split and no sharding; the loader does all of
-those (shuffled, one rank of one) from a cold cache. Best of several interleaved rounds.
+* **limit**: the same selection read with pyarrow's threads in one call, converted once into
+  tensors, batches as zero-copy slices - no shuffle, no content order, no split, no sharding. The
+  loader (memory mode, cold cache, shuffled, one rank of one) does all of those.
+* **peer**: a torch ``DataLoader`` over an ``IterableDataset`` that yields the pyarrow dataset's
+  record batches as tensors (``batch_size=None``, in-process, no shuffle). Ray Data's
+  ``iter_torch_batches`` is measured too when ``ray`` is importable.
+* **memory**: peak RSS growth of a fresh process streaming a table 16x the shuffle buffer, against
+  the buffer (goal: at most 2 buffers; the process's own baseline is printed).
+
+Interleaved rounds, best of each side.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
@@ -17,6 +26,7 @@ ROWS = 300_000
 DAYS = 4
 BATCH = 256
 ROUNDS = 5
+STREAM_ROWS, STREAM_BUFFER_MB = 64_000, 4.0  # 64 MB of 256-float rows through a 4 MB buffer
 
 
 def _write_table(root: str) -> Any:
@@ -43,60 +53,133 @@ def _write_table(root: str) -> Any:
     return ref
 
 
-def _raw_scan(paths: list[str]) -> int:
-    """Reference: pyarrow dataset scan, each record batch straight into tensors."""
+def _limit(paths: list[str]) -> int:
+    """The limit: one threaded read, one conversion, batches as views."""
     import pyarrow.dataset as pads
     import torch
 
+    table = pads.dataset(paths, format="parquet").to_table(columns=["features", "label"], use_threads=True)
+    values = table.column("features").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    features = torch.from_numpy(values.reshape(-1, 64))
+    label = torch.from_numpy(table.column("label").combine_chunks().to_numpy(zero_copy_only=False))
     batches = 0
-    dataset = pads.dataset(paths, format="parquet")
-    for batch in dataset.to_batches(columns=["features", "label"], batch_size=BATCH):
-        values = batch.column("features").flatten().to_numpy(zero_copy_only=False)
-        features = torch.from_numpy(values.reshape(-1, 64))
-        label = torch.from_numpy(batch.column("label").to_numpy(zero_copy_only=False))
-        batches += int(features.shape[0] > 0 and label.shape[0] > 0)
+    for start in range(0, len(label), BATCH):
+        f, y = features[start : start + BATCH], label[start : start + BATCH]
+        batches += int(f.shape[0] > 0 and y.shape[0] > 0)
     return batches
+
+
+def _peer(paths: list[str]) -> int:
+    """torch DataLoader over a pyarrow dataset's record batches."""
+    from torch.utils.data import DataLoader
+
+    from benchmarks._arrow_iterable import ArrowBatches
+
+    return sum(1 for _ in DataLoader(ArrowBatches(paths, BATCH), batch_size=None, num_workers=0))
+
+
+def _ray(paths: list[str]) -> int | None:
+    try:
+        import ray.data  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    dataset = ray.data.read_parquet(paths, columns=["features", "label"])
+    return sum(1 for _ in dataset.iter_torch_batches(batch_size=BATCH))
 
 
 def _loader(plan: Any, num_workers: int = 0) -> int:
     from airflow_provider_dltrain.training import loader as loader_module
 
     loader_module._CACHE.clear()  # cold: the loader reads the files itself
-    spec = loader_module.LoaderSpec(plan, BATCH, ("features", "label"), shuffle=True, seed=1)
+    spec = loader_module.LoaderSpec(plan, BATCH, ("features", "label"), shuffle=True, seed=1, mode="memory")
     return sum(1 for _ in loader_module.DeltaLoader(spec, num_workers=num_workers))
 
 
-def _best(fn: Any, *args: Any) -> tuple[float, int]:
+def _timed(fn: Any, *args: Any) -> tuple[float, int]:
     started = time.perf_counter()
     count = fn(*args)
     return time.perf_counter() - started, count
 
 
-def run() -> list[dict[str, Any]]:
+def _throughput(root: str) -> list[dict[str, Any]]:
     from airflow_provider_dltrain.lake.storage import join
     from airflow_provider_dltrain.training import resolve
 
-    with tempfile.TemporaryDirectory(prefix="bench-loader-") as root:
-        ref = _write_table(root)
-        plan = resolve(ref)
-        paths = [join(ref.uri, f.path) for f in plan.files]
-        raw_times, loader_times = [], []
-        for _ in range(ROUNDS):  # interleaved, so background load hits both sides alike
-            raw_s, raw_batches = _best(_raw_scan, paths)
-            loader_s, loader_batches = _best(_loader, plan)
-            raw_times.append(raw_s)
-            loader_times.append(loader_s)
-        workers_s, _ = _best(_loader, plan, 2)
-    raw_rate = raw_batches / min(raw_times)
-    loader_rate = loader_batches / min(loader_times)
+    ref = _write_table(root)
+    plan = resolve(ref)
+    paths = [join(ref.uri, f.path) for f in plan.files]
+    times: dict[str, list[float]] = {"limit": [], "peer": [], "loader": []}
+    counts: dict[str, int] = {}
+    for _ in range(ROUNDS):  # interleaved, so background load hits every side alike
+        for name, fn, arg in (("limit", _limit, paths), ("peer", _peer, paths), ("loader", _loader, plan)):
+            seconds, counts[name] = _timed(fn, arg)
+            times[name].append(seconds)
+    rate = {name: counts[name] / min(times[name]) for name in times}
+    workers_s, _ = _timed(_loader, plan, 2)
+    ray_note = "ray not importable: Ray Data peer skipped"
+    ray_s, ray_batches = _timed(_ray, paths)
+    if ray_batches is not None:
+        ray_note = f"Ray Data iter_torch_batches {ray_batches / ray_s:.0f} batches/s"
+    print(f"   note: {ray_note}", flush=True)
+    common = f"{ROWS} rows, batch {BATCH}, {len(paths)} files"
     return [
         {
-            "name": "loader batches/s / raw pyarrow scan-to-tensor (cold, shuffled)",
-            "ratio": loader_rate / raw_rate,
+            "name": "loader batches/s / the limit (threaded read, tensors once, views)",
+            "ratio": rate["loader"] / rate["limit"],
             "goal": ">= 0.95",
             "detail": (
-                f"loader {loader_rate:.0f} batches/s vs raw {raw_rate:.0f} batches/s ({ROWS} rows, batch {BATCH}, "
-                f"{len(paths)} files); with 2 DataLoader worker processes {loader_batches / workers_s:.0f} batches/s"
+                f"loader {rate['loader']:.0f} batches/s (memory mode, cold, shuffled, content-ordered) vs limit "
+                f"{rate['limit']:.0f} batches/s ({common}); 2 DataLoader worker processes "
+                f"{counts['loader'] / workers_s:.0f} batches/s"
             ),
-        }
+        },
+        {
+            "name": "loader batches/s / torch DataLoader over a pyarrow dataset",
+            "ratio": rate["loader"] / rate["peer"],
+            "goal": ">= 1.0",
+            "detail": f"loader {rate['loader']:.0f} vs DataLoader {rate['peer']:.0f} batches/s ({common}); {ray_note}",
+        },
     ]
+
+
+def _streaming_memory(root: str) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import WriterProperties, write_deltalake
+
+    from airflow_provider_dltrain.training import resolve
+
+    plans = []
+    for name, rows in (("warm", 4_000), ("big", STREAM_ROWS)):
+        features = np.random.default_rng(0).random((rows, 256), dtype=np.float32)
+        table = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), 256)})
+        uri = os.path.join(root, name)
+        write_deltalake(uri, table, writer_properties=WriterProperties(max_row_group_size=250))
+        plans.append(resolve({"uri": uri, "version": 0}))
+    table_bytes = table.nbytes
+    path = os.path.join(root, "plans.pickle")
+    with open(path, "wb") as handle:
+        pickle.dump(plans, handle)
+    command = [sys.executable, "-m", "benchmarks.rss_probe", path, "stream", str(STREAM_BUFFER_MB), "x"]
+    started = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+    seconds = time.perf_counter() - started
+    rows, baseline, growth = (int(v) for v in out)
+    buffer = STREAM_BUFFER_MB * 2**20
+    return {
+        "name": "peak RSS growth streaming a 16x-buffer table / buffer",
+        "ratio": growth / buffer,
+        "goal": "<= 2.0",
+        "detail": (
+            f"{growth / 2**20:.1f} MB above a {baseline / 2**20:.0f} MB baseline, buffer {STREAM_BUFFER_MB:.0f} MB, "
+            f"table {table_bytes / 2**20:.0f} MB decoded ({rows} rows, row groups of 0.25 MB), "
+            f"{rows / seconds:,.0f} rows/s incl. process start"
+        ),
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="bench-loader-") as root:
+        results = _throughput(root)
+        results.append(_streaming_memory(root))
+    return results

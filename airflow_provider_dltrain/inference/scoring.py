@@ -100,8 +100,11 @@ def score_dataframe(
 
     check_columns(df, scoring)
     cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle)
-    udf = scoring_udf(cfg, scoring.prediction_ddl())
-    scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
+    if scoring.udf == "arrow":
+        scored = _map_in_arrow(df, cfg, scoring)
+    else:
+        udf = scoring_udf(cfg, scoring.prediction_ddl())
+        scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
     predictions = [F.col(f"{_PRED}.{c}").alias(c) for c in scoring.output_columns[:-3]]
     return scored.select(
         *scoring.key_columns,
@@ -110,6 +113,27 @@ def score_dataframe(
         F.lit(model.version).cast("long").alias(MODEL_VERSION),
         F.lit(input_version).cast("long").alias(INPUT_VERSION),
     )
+
+
+def _map_in_arrow(df: Any, cfg: WorkerConfig, scoring: ScoringSpec) -> Any:
+    """Key columns and the prediction struct, scored batch by batch in ``mapInArrow``."""
+    from airflow_provider_dltrain.inference.worker import predict_arrow_batches
+
+    keys = scoring.key_columns
+    types = {f.name: f.dataType for f in df.schema.fields}
+    ddl = ", ".join(
+        [*(f"`{k}` {types[k].simpleString()}" for k in keys), f"{_PRED} struct<{_struct(scoring)}>"]
+    )
+
+    def score(batches: Any) -> Any:
+        return predict_arrow_batches(batches, cfg, keys, _PRED)
+
+    columns = list(dict.fromkeys([*keys, *scoring.feature_columns]))
+    return df.select(*columns).mapInArrow(score, ddl)
+
+
+def _struct(scoring: ScoringSpec) -> str:
+    return scoring.prediction_ddl().replace(" long", ":bigint").replace(" double", ":double")
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 TASKS = ("classification", "regression")
+UDFS = ("arrow", "pandas")
 # Columns every scored row gets besides its key columns and the predictions.
 MODEL_NAME, MODEL_VERSION, INPUT_VERSION = "model_name", "model_version", "input_version"
 PREDICTION, SCORE = "prediction", "score"
@@ -37,6 +38,9 @@ class ScoringSpec:
         max probability); ``"regression"`` adds ``prediction`` (double).
     :param batch_size: rows per Arrow batch handed to the model (~10k amortises per-batch cost).
     :param torch_threads: intra-op threads per Python worker; default the Spark task's CPUs.
+    :param udf: ``"arrow"`` (``mapInArrow``: list columns become the input matrix without a Python
+        object per row; key columns travel through Python) or ``"pandas"`` (a pandas UDF over the
+        feature columns only; arrays become one NumPy object per row).
     """
 
     feature_columns: tuple[str, ...]
@@ -44,6 +48,7 @@ class ScoringSpec:
     task: str = "classification"
     batch_size: int = 10_000
     torch_threads: int | None = None
+    udf: str = "arrow"
 
     def __post_init__(self) -> None:
         features = _names(self.feature_columns, "feature_columns", allow_empty=False)
@@ -54,6 +59,8 @@ class ScoringSpec:
             raise InvalidSpecError(f"scoring.task must be one of {TASKS}, got {self.task!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InvalidSpecError(f"scoring.batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.udf not in UDFS:
+            raise InvalidSpecError(f"scoring.udf must be one of {UDFS}, got {self.udf!r}")
         threads = self.torch_threads
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise InvalidSpecError(f"scoring.torch_threads must be None or an integer >= 1, not {threads!r}")

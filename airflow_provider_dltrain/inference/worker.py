@@ -158,6 +158,20 @@ def _is_shape_error(err: BaseException) -> bool:
     return "out of memory" not in text and any(word in text for word in _SHAPE_WORDS)
 
 
+def _predict_checked(model: Any, x: Any, cfg: WorkerConfig) -> dict[str, Any]:
+    try:
+        result = predict(model, x, cfg.task)
+    except (AssertionError, IndexError, RuntimeError, TypeError, ValueError) as err:  # shape guards
+        if not _is_shape_error(err):
+            raise  # out of memory, a lost device...: transient, let Airflow's retries apply
+        raise SchemaMismatchError(
+            f"{WORKER_ERROR_MARK} model {cfg.model_uri} rejected input of shape {x.shape} built from "
+            f"{list(cfg.feature_columns)}: {err}"
+        ) from err
+    _log_line(cfg, f"batch {len(x)}")
+    return result
+
+
 def predict_batches(batches: Iterator[Any], cfg: WorkerConfig) -> Iterator[Any]:
     """The scoring loop of one Spark task: load (or reuse) the model once, then one call per batch."""
     import pandas as pd
@@ -167,15 +181,36 @@ def predict_batches(batches: Iterator[Any], cfg: WorkerConfig) -> Iterator[Any]:
         # Loaded on the first batch: a task with an empty partition never pays for the model.
         model = model if model is not None else load_model(cfg)
         columns = batch if isinstance(batch, tuple) else (batch,)
-        x = features_matrix(columns, cfg.feature_columns)
+        yield pd.DataFrame(_predict_checked(model, features_matrix(columns, cfg.feature_columns), cfg))
+
+
+def arrow_features(batch: Any, names: Sequence[str]) -> Any:
+    """The float32 ``(N, F)`` model input from Arrow columns (numbers, or equal-length arrays), no per-row objects."""
+    import numpy as np
+
+    from airflow_provider_dltrain.training.tensors import column_to_numpy
+
+    parts = []
+    for name in names:
         try:
-            result = predict(model, x, cfg.task)
-        except (AssertionError, IndexError, RuntimeError, TypeError, ValueError) as err:  # shape guards
-            if not _is_shape_error(err):
-                raise  # out of memory, a lost device...: transient, let Airflow's retries apply
-            raise SchemaMismatchError(
-                f"{WORKER_ERROR_MARK} model {cfg.model_uri} rejected input of shape {x.shape} built from "
-                f"{list(cfg.feature_columns)}: {err}"
-            ) from err
-        _log_line(cfg, f"batch {len(x)}")
-        yield pd.DataFrame(result)
+            values = column_to_numpy(batch.column(name), name)
+        except SchemaMismatchError as err:
+            raise SchemaMismatchError(f"{WORKER_ERROR_MARK} feature {err}") from err
+        parts.append(values.astype(np.float32, copy=False).reshape(len(values), -1))
+    return parts[0] if len(parts) == 1 else np.hstack(parts)
+
+
+def predict_arrow_batches(
+    batches: Iterator[Any], cfg: WorkerConfig, keys: Sequence[str], out: str
+) -> Iterator[Any]:
+    """``mapInArrow`` scoring loop: key columns as they came plus the prediction struct ``out``."""
+    import pyarrow as pa
+
+    model = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        model = model if model is not None else load_model(cfg)
+        result = _predict_checked(model, arrow_features(batch, cfg.feature_columns), cfg)
+        struct = pa.StructArray.from_arrays([pa.array(v) for v in result.values()], names=list(result))
+        yield pa.RecordBatch.from_arrays([*(batch.column(k) for k in keys), struct], names=[*keys, out])

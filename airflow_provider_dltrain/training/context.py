@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.data import ScanPlan
-from airflow_provider_dltrain.training.loader import Batch, DeltaLoader, LoaderSpec, Split, default_columns
+from airflow_provider_dltrain.training.loader import (
+    Batch,
+    DeltaLoader,
+    LoaderSpec,
+    Mode,
+    Split,
+    default_columns,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.experiments.stopping import StopDecision, TrialStopper
@@ -111,6 +118,9 @@ class TrainContext:
         drop_last: bool = False,
         num_workers: int = 0,
         multiprocessing_context: str | None = None,
+        mode: Mode = "auto",
+        memory_budget_mb: float | None = None,
+        shuffle_buffer_mb: float = 256.0,
     ) -> DeltaLoader:
         """Batches of this rank's share of the pinned version, as ``{column: tensor}`` dicts.
 
@@ -123,6 +133,12 @@ class TrainContext:
         :param num_workers: DataLoader worker processes; 0 (the measured fast path) reads in-process.
             Workers only read Parquet with pyarrow (the file list was resolved here), so ``fork``
             is safe; pass ``multiprocessing_context="spawn"`` when other libraries need it.
+        :param mode: ``"memory"`` (read the selection once, global shuffle), ``"stream"`` (row
+            groups through a bounded shuffle buffer) or ``"auto"``: memory when the selected
+            columns fit ``memory_budget_mb``.
+        :param memory_budget_mb: what ``"auto"`` allows in memory per process; default
+            ``$DLTRAIN_LOADER_MEMORY_MB``, else a quarter of the machine's memory.
+        :param shuffle_buffer_mb: memory of the streaming shuffle buffer.
         """
         if split not in (None, "train", "validation"):
             raise InvalidSpecError(f"split must be 'train', 'validation' or None, got {split!r}")
@@ -146,6 +162,9 @@ class TrainContext:
             seed=self.seed,
             rank=self.rank,
             world_size=self.world_size,
+            mode=mode,
+            memory_budget_mb=memory_budget_mb,
+            shuffle_buffer_mb=float(shuffle_buffer_mb),
         )
         return DeltaLoader(
             spec,

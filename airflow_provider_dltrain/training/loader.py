@@ -16,6 +16,11 @@ How rows are dealt out (same in every process, computed from the row count alone
 * Because the global batches do not depend on the world size, N ranks with ``batch_size`` B see
   the same batches as one process with ``batch_size`` N*B.
 
+Two modes (``LoaderSpec.mode``): ``"memory"`` reads the selection once per process and deals it
+as above (a global shuffle); ``"stream"`` reads row groups through a bounded shuffle buffer
+(:mod:`.stream`, memory bounded whatever the table size, order decided by the row groups' content);
+``"auto"`` (the default) picks memory when the selected columns fit the memory budget.
+
 Measured on 2 cores: the selected columns are read once per process into dense arrays
 (Arrow -> numpy -> torch without per-row work), and each batch is one gather. Worker processes only
 add pickling and IPC on top of that, so ``num_workers=0`` is the default and the fast path.
@@ -34,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.training.stream import Unit, stream_batches, survey, unit_rows
 from airflow_provider_dltrain.training.tensors import column_to_numpy, is_tensor_type, to_tensor
 
 if TYPE_CHECKING:
@@ -41,7 +47,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 Split = Literal["train", "validation"] | None
+Mode = Literal["auto", "memory", "stream"]
 Batch = dict[str, Any]
+MEMORY_BUDGET_ENV = "DLTRAIN_LOADER_MEMORY_MB"
 SPLIT_SALT = b"dltrain-split-v1"
 
 
@@ -110,6 +118,59 @@ class LoaderSpec:
     seed: int = 0
     rank: int = 0
     world_size: int = 1
+    mode: Mode = "auto"
+    memory_budget_mb: float | None = None  # None: $DLTRAIN_LOADER_MEMORY_MB, else a quarter of RAM
+    shuffle_buffer_mb: float = 256.0
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The streaming shuffle buffer's size in bytes."""
+        return int(self.shuffle_buffer_mb * 2**20)
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes the in-memory mode may hold in this process."""
+        if self.memory_budget_mb is not None:
+            return int(self.memory_budget_mb * 2**20)
+        if os.environ.get(MEMORY_BUDGET_ENV):
+            return int(float(os.environ[MEMORY_BUDGET_ENV]) * 2**20)
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def selection_bytes(spec: LoaderSpec) -> int:
+    """Decoded size of the selected columns of the plan's files, from the Parquet footers alone."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_dltrain.lake.storage import filesystem, join
+
+    fs, root = filesystem(spec.plan.ref.uri, spec.plan.storage_options)
+    wanted = set(spec.columns) | ({spec.key} if spec.key else set())
+
+    def one(path: str) -> int:
+        with fs.open_input_file(join(root, path)) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        return sum(
+            meta.row_group(g).column(c).total_uncompressed_size
+            for g in range(meta.num_row_groups)
+            for c in range(meta.num_columns)
+            if meta.row_group(g).column(c).path_in_schema.split(".")[0] in wanted
+        )
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return sum(pool.map(one, [f.path for f in spec.plan.files]))
+
+
+def resolve_mode(spec: LoaderSpec) -> LoaderSpec:
+    """``spec`` with ``mode`` "memory" or "stream": "auto" becomes memory when the selection fits the budget."""
+    from dataclasses import replace
+
+    if spec.mode not in ("auto", "memory", "stream"):
+        raise InvalidSpecError(f"loader mode must be 'auto', 'memory' or 'stream', got {spec.mode!r}")
+    if spec.shuffle_buffer_mb <= 0:
+        raise InvalidSpecError(f"shuffle_buffer_mb must be > 0, got {spec.shuffle_buffer_mb!r}")
+    if spec.mode != "auto":
+        return spec
+    return replace(spec, mode="memory" if selection_bytes(spec) <= spec.budget_bytes else "stream")
 
 
 @dataclass
@@ -117,16 +178,28 @@ class _Loaded:
     arrays: dict[str, Any]  # column -> torch tensor (numbers) or numpy object array (strings)
     rows: dict[Split, np.ndarray]  # split -> positions in ``arrays``
 
+    @property
+    def nbytes(self) -> int:
+        return sum(int(getattr(v, "nbytes", 0)) for v in self.arrays.values())
+
 
 _CACHE: OrderedDict[tuple, _Loaded] = OrderedDict()
+_SURVEYS: OrderedDict[tuple, tuple[Unit, ...]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 4
 
 
-def _load(spec: LoaderSpec) -> _Loaded:
-    """Read the selected columns of the plan's files once per process (cached for later epochs and splits)."""
+def _cache_key(spec: LoaderSpec) -> tuple:
     plan = spec.plan
-    cache_key = (plan.ref, plan.files, plan.data_filter, spec.columns, spec.key, spec.validation_fraction)
+    return (plan.ref, plan.files, plan.data_filter, spec.columns, spec.key, spec.validation_fraction)
+
+
+def _load(spec: LoaderSpec) -> _Loaded:
+    """Read the selected columns of the plan's files once per process (cached for later epochs and splits).
+
+    The cache keeps at most 4 selections and, together, no more than the memory budget.
+    """
+    cache_key = _cache_key(spec)
     with _CACHE_LOCK:
         if cache_key in _CACHE:
             _CACHE.move_to_end(cache_key)
@@ -134,9 +207,25 @@ def _load(spec: LoaderSpec) -> _Loaded:
     loaded = _read(spec)
     with _CACHE_LOCK:
         _CACHE[cache_key] = loaded
-        while len(_CACHE) > _CACHE_SIZE:
+        while len(_CACHE) > 1 and (
+            len(_CACHE) > _CACHE_SIZE or sum(v.nbytes for v in _CACHE.values()) > spec.budget_bytes
+        ):
             _CACHE.popitem(last=False)
     return loaded
+
+
+def units_of(spec: LoaderSpec) -> tuple[Unit, ...]:
+    """The streaming survey of the plan (row groups, digests, counts), once per process."""
+    cache_key = _cache_key(spec)
+    with _CACHE_LOCK:
+        if cache_key in _SURVEYS:
+            return _SURVEYS[cache_key]
+    units = survey(spec)
+    with _CACHE_LOCK:
+        _SURVEYS[cache_key] = units
+        while len(_SURVEYS) > 16:
+            _SURVEYS.popitem(last=False)
+    return units
 
 
 def _read(spec: LoaderSpec) -> _Loaded:
@@ -209,10 +298,22 @@ def _gather(loaded: _Loaded, positions: np.ndarray) -> Batch:
     }
 
 
-def iter_batches(spec: LoaderSpec, epoch: int, worker: int = 0, num_workers: int = 1) -> Iterator[Batch]:
+def iter_batches(
+    spec: LoaderSpec,
+    epoch: int,
+    worker: int = 0,
+    num_workers: int = 1,
+    units: tuple[Unit, ...] | None = None,
+) -> Iterator[Batch]:
     """Yield this rank's (and this worker's) batches of ``epoch`` as dicts of tensors."""
     import numpy as np
 
+    spec = resolve_mode(spec)
+    if spec.mode == "stream":
+        yield from stream_batches(
+            spec, units if units is not None else units_of(spec), epoch, worker, num_workers
+        )
+        return
     loaded = _load(spec)
     rows = loaded.rows[spec.split]
     if spec.shuffle:
@@ -224,7 +325,10 @@ def iter_batches(spec: LoaderSpec, epoch: int, worker: int = 0, num_workers: int
 
 
 def num_rows(spec: LoaderSpec) -> int:
-    """Rows of the requested split (all ranks together) - reads the data if not cached yet."""
+    """Rows of the requested split (all ranks together) - reads the data (or surveys it) if not cached yet."""
+    spec = resolve_mode(spec)
+    if spec.mode == "stream":
+        return sum(unit_rows(u, spec) for u in units_of(spec))
     return len(_load(spec).rows[spec.split])
 
 
@@ -242,7 +346,7 @@ class DeltaLoader:
         multiprocessing_context: str | None = None,
         on_batch: Callable[[Batch, int], None] | None = None,
     ) -> None:
-        self.spec = spec
+        self.spec = resolve_mode(spec)
         self.num_workers = num_workers
         self.multiprocessing_context = multiprocessing_context
         self.on_batch = on_batch
@@ -281,7 +385,7 @@ class DeltaLoader:
         generator = torch.Generator().manual_seed(_mix(s.seed, epoch, s.rank))
         return iter(
             DataLoader(
-                EpochBatches(s, epoch),
+                EpochBatches(s, epoch, units_of(s) if s.mode == "stream" else None),
                 batch_size=None,
                 num_workers=self.num_workers,
                 multiprocessing_context=self.multiprocessing_context,

@@ -36,7 +36,9 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array, name: str) -> np.ndarray
     """
     import pyarrow as pa
 
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = column
+    if isinstance(column, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if not is_tensor_type(array.type):
         return array.to_numpy(zero_copy_only=False)
     return _dense(array, name, (len(array),))
