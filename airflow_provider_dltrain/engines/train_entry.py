@@ -57,13 +57,29 @@ def read_secret(secret_id: str) -> dict[str, str]:
     return found
 
 
+def launched_ranks() -> tuple[int, int, bool]:
+    """``(rank, world size, horovod)`` from the launcher's variables.
+
+    torchrun sets ``RANK``/``WORLD_SIZE``; ``horovodrun`` sets ``HOROVOD_RANK``/``HOROVOD_SIZE`` and
+    ``mpirun`` (SageMaker's MPI distribution, the Horovod route) ``OMPI_COMM_WORLD_RANK``/``_SIZE``:
+    those ranks then train through Horovod, the others through ``torch.distributed``.
+    """
+    for rank_var, size_var in (
+        ("HOROVOD_RANK", "HOROVOD_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ):
+        if rank_var in os.environ:
+            return int(os.environ[rank_var]), int(os.environ.get(size_var, "1")), True
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), False
+
+
 def train(spec: TrainJobSpec) -> dict[str, Any]:
-    """Run this rank of ``spec`` and return rank 0's report (every rank returns it)."""
+    """Run this rank of ``spec`` and return its report (rank 0's is the job's)."""
     from airflow_provider_dltrain.training.data import resolve
     from airflow_provider_dltrain.training.runner import load_train_fn
     from airflow_provider_dltrain.training.worker import RankJob, run_rank_job
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    _, world, horovod = launched_ranks()
     if world != spec.world_size:
         raise InvalidSpecError(
             f"the job started {world} rank(s) but the spec says world_size={spec.world_size}: "
@@ -87,6 +103,10 @@ def train(spec: TrainJobSpec) -> dict[str, Any]:
         timeout_s=spec.timeout_s,
         checkpoint_path=os.environ.get(CHECKPOINT_DIR_ENV) or None,
     )
+    if horovod:
+        from airflow_provider_dltrain.training.horovod_backend import run_horovod_job
+
+        return run_horovod_job(job)
     return run_rank_job(job)
 
 
@@ -108,7 +128,7 @@ def write_failure_file(reason: str) -> None:
 
 
 def run(spec: TrainJobSpec) -> int:
-    rank = int(os.environ.get("RANK", "0"))
+    rank = launched_ranks()[0]
     log.info(
         "rank %d: training %s on %s (dag %s, run %s, task %s, try %s)",
         rank,

@@ -122,8 +122,12 @@ def run_horovod_rank(payload: bytes) -> dict[str, Any]:
     """
     from airflow_provider_dltrain.training.pickling import loads
 
+    return run_horovod_job(loads(payload))
+
+
+def run_horovod_job(job: RankJob) -> dict[str, Any]:
+    """:func:`run_horovod_rank` for a job built in this process (a cloud job's entry point builds its own)."""
     hvd = import_horovod()
-    job: RankJob = loads(payload)
     hvd.init()
     rank, world_size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
     if rank == 0 and not logging.getLogger().handlers:
