@@ -28,7 +28,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 horovod chromium bench lint clean constraints
+.PHONY: install demo test test-heavy test-spark35 spark35 horovod chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,10 @@ demo: install
 test: install horovod chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
+
+# The whole pipeline once more on each further backend and in the browser (~10 min each on 2 cores).
+test-heavy: install horovod chromium
+	DLTRAIN_HEAVY_TESTS=1 $(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)

@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 pytest.importorskip("horovod.torch", reason="Horovod is built by `make horovod` (make test does it)")
 
 DS = "2026-11-24"

@@ -27,7 +27,7 @@ from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfi
 from tests.e2e.side_services import fake_aws, mlflow_server
 
 # Minutes on a quiet machine; the first test also waits for the services and the nightly.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 
 CHROMIUM = "/usr/lib/chromium/chromium"
 DAG = "dltrain_retrain"

@@ -15,7 +15,7 @@ from datetime import date
 import pytest
 from engine_helpers import aws_client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 DAY = date(2026, 11, 24)
 DS = DAY.isoformat()
