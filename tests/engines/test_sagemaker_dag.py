@@ -15,7 +15,7 @@ from datetime import date
 import pytest
 from engine_helpers import aws_client, aws_connection
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 24)
 FAST = {"epochs": 2, "batch_size": 32, "lr": 0.003, "seed": 7}
