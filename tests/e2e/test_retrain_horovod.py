@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.torch", reason="Horovod is built by `make horovod` (make test does it)")
 
 DS = "2026-11-24"
