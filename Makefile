@@ -46,7 +46,7 @@ test: install horovod chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
 
-# The whole pipeline once more on each further backend and in the browser (~10 min each on 2 cores).
+# The retrain pipeline on an EC2 cluster and the Airflow UI in Chromium (~10 min each on 2 cores).
 test-heavy: install horovod chromium
 	DLTRAIN_HEAVY_TESTS=1 $(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
