@@ -31,6 +31,9 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
+# Tests start dozens of short-lived JVMs (Spark sessions, jobs, a standalone cluster): the C1 JIT alone
+# and the serial GC start each one ~20 % faster; long jobs would want the defaults, tests never do.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # OpenLineage is installed: keep it off unless a test turns it on (tests/lineage) for its own runs
@@ -62,6 +65,48 @@ def spark():
 
     session = spark_session(master="local[2]", app_name="dltrain-tests")
     yield session
+
+
+_DB_TEMPLATE = _SESSION_HOME / "airflow-db-template" / "airflow.db"
+
+
+def migrated_airflow_db(env: dict[str, str]) -> None:
+    """Give ``env``'s SQLite metadata DB the current schema: ``airflow db migrate`` runs once per session
+    (~15 s on 2 cores) into a template, which every later home gets a copy of. A DB that exists is kept."""
+    import shutil
+
+    conn = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert conn.startswith("sqlite:///"), conn
+    target = Path(conn[len("sqlite:///") :])
+    if target.exists():
+        return
+    if not _DB_TEMPLATE.exists():
+        home = _DB_TEMPLATE.parent
+        home.mkdir(parents=True, exist_ok=True)
+        template_env = {
+            **env,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_DB_TEMPLATE}",
+        }
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=template_env,
+            check=True,
+            capture_output=True,
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_DB_TEMPLATE, target)
+    Path(env.get("AIRFLOW_HOME", target.parent)).mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _copy_migrated_airflow_dbs():
+    """The demo's ``ensure_airflow_db`` copies the session's migrated DB instead of migrating each home."""
+    from airflow_provider_dltrain.demo import run
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run, "ensure_airflow_db", migrated_airflow_db)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -130,12 +175,43 @@ def pytest_sessionfinish(session, exitstatus):
         active.stop()
 
 
+_MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_keeps_mlflow_env():
+    """A module that points MLflow at its own server (the UI test) leaves no URI for the next module:
+    the demo's ``airflow_env`` passes ``MLFLOW_TRACKING_URI`` on to every DAG run."""
+    saved = {k: os.environ.get(k) for k in _MLFLOW_ENV}
+    yield
+    _restore_env(saved)
+
+
+@pytest.fixture(autouse=True)
+def _test_keeps_mlflow_env():
+    saved = {k: os.environ.get(k) for k in _MLFLOW_ENV}
+    yield
+    _restore_env(saved)
+
+
 HEAVY_ENV = "DLTRAIN_HEAVY_TESTS"
 
 
 def pytest_collection_modifyitems(config, items):
-    """``heavy`` tests (a whole pipeline on one more backend, ~10 min each on 2 cores) run only with
-    ``DLTRAIN_HEAVY_TESTS=1`` (``make test-heavy``), so the default suite stays within CI's time."""
+    """``slow`` tests first, so that ``make test``'s workers (``-n 2 --dist loadfile``) start the long
+    files at once and the short ones fill in at the end; ``tests/cluster`` stays last (its own hook, run
+    before this one: the sort is stable). ``heavy`` tests (a whole pipeline on one more backend) run
+    only with ``DLTRAIN_HEAVY_TESTS=1`` (``make test-heavy``), so the default suite stays within CI's time."""
+    cluster = REPO / "tests" / "cluster"
+    items.sort(key=lambda item: (cluster in Path(str(item.path)).parents, "slow" not in item.keywords))
     if os.environ.get(HEAVY_ENV) == "1":
         return
     skip = pytest.mark.skip(reason=f"heavy end-to-end test: run with {HEAVY_ENV}=1 (make test-heavy)")

@@ -92,9 +92,9 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
         if not outcome.ok:
             print(outcome.tail)
         elif outcome.dag_id == "dltrain_ingest":
-            print(describe_ingest(run_outcome(outcome.dag_id, outcome.ds, env), outcome.ds))
+            print(describe_ingest(outcome.state, outcome.ds))
         elif outcome.dag_id == "dltrain_retrain":
-            print("\n".join(describe_retrain(run_outcome(outcome.dag_id, outcome.ds, env), outcome.ds)))
+            print("\n".join(describe_retrain(outcome.state, outcome.ds)))
         sys.stdout.flush()
 
     outcomes = run_dags([(dag_id, ds, None) for ds in dates for dag_id in dag_ids], env, on_result=report)

@@ -71,6 +71,8 @@ class DagRunOutcome:
     log_path: str
     tail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # the run's id, task states and return values: {"run_id", "state", "tasks", "xcom"}
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 Run = tuple[str, str, "dict[str, Any] | None"]
@@ -113,7 +115,13 @@ def run_dags(
             ok = bool(result["ok"])
             tail = "".join(current[-40:]) + (f"\n{result['error']}" if result.get("error") else "")
             outcome = DagRunOutcome(
-                result["dag_id"], result["ds"], ok, float(result["seconds"]), str(log_path), tail
+                result["dag_id"],
+                result["ds"],
+                ok,
+                float(result["seconds"]),
+                str(log_path),
+                tail,
+                state=dict(result.get("outcome") or {}),
             )
             outcomes.append(outcome)
             if on_result:

@@ -6,7 +6,8 @@ Each entry is ``[dag_id, ds, conf]``. Every run goes through ``airflow.cli.comma
 — the function behind ``airflow dags test`` — with logical date ``ds + 1 day``, so the run covers the
 data interval [ds, ds+1) a backfill of ``ds`` gets. Running them in one process pays Airflow's and
 Spark's start-up once instead of once per run. Markers on stdout delimit the runs:
-``DLTRAIN-RUN-START {json}`` and ``DLTRAIN-RUN-END {json}`` (with ``ok``, ``seconds``, ``run_id``).
+``DLTRAIN-RUN-START {json}`` and ``DLTRAIN-RUN-END {json}`` (with ``ok``, ``seconds`` and ``outcome``: the
+run's id, task states and return values, read here so that no caller has to start Airflow again for them).
 """
 
 from __future__ import annotations
@@ -58,13 +59,6 @@ def check_schedule(dag: Any, ds: str) -> None:
         )
 
 
-def tasks_run(dag_id: str, ds: str) -> dict[str, str]:
-    """States of the task instances of the newest run of ``dag_id`` whose interval starts at ``ds``."""
-    from airflow_provider_dltrain.demo.xcoms import run_outcome
-
-    return dict(run_outcome(dag_id, ds).get("tasks") or {})
-
-
 def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]:
     from airflow.cli.commands import dag_command
     from airflow.sdk import timezone
@@ -72,11 +66,13 @@ def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]
     logical = (date.fromisoformat(ds) + timedelta(days=1)).isoformat()
     started = time.monotonic()
     ok, error = True, None
+    outcome: dict[str, Any] = {}
     try:
         dag = dag_command.get_bagged_dag(bundle_names=None, dag_id=dag_id, dagfile_path=None)
         check_schedule(dag, ds)
         dag_command.dag_test(_args(dag_id, timezone.parse(logical), conf), dag=dag)
-        states = tasks_run(dag_id, ds)
+        outcome = _outcome(dag_id, ds)
+        states = dict(outcome.get("tasks") or {})
         ran = {t: s for t, s in states.items() if s not in ("None", "none", "scheduled", "queued")}
         if not ran:  # a run of no task is never "ok": nothing was processed for this date
             ok, error = False, f"the run of {dag_id} for {ds} ran no task (task states: {states or 'none'})"
@@ -84,7 +80,26 @@ def run_one(dag_id: str, ds: str, conf: dict[str, Any] | None) -> dict[str, Any]
         ok, error = False, str(exc)
     except Exception as exc:  # a DAG that cannot be loaded, a date outside the schedule, a broken DB, ...
         ok, error = False, f"{type(exc).__name__}: {exc}"
-    return {"dag_id": dag_id, "ds": ds, "ok": ok, "error": error, "seconds": time.monotonic() - started}
+    if not outcome and error is not None:
+        outcome = _outcome(dag_id, ds)
+    return {
+        "dag_id": dag_id,
+        "ds": ds,
+        "ok": ok,
+        "error": error,
+        "seconds": time.monotonic() - started,
+        "outcome": outcome,
+    }
+
+
+def _outcome(dag_id: str, ds: str) -> dict[str, Any]:
+    """Task states and return values of the newest run of ``dag_id`` whose interval starts at ``ds``."""
+    from airflow_provider_dltrain.demo.xcoms import run_outcome
+
+    try:
+        return json.loads(json.dumps(run_outcome(dag_id, ds), default=str))
+    except Exception:  # a broken DB: the run's own error says more
+        return {}
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +110,7 @@ def main(argv: list[str]) -> int:
         result = run_one(dag_id, ds, conf)
         failed += 0 if result["ok"] else 1
         sys.stderr.flush()
-        print(f"{END} {json.dumps(result)}", flush=True)
+        print(f"{END} {json.dumps(result, default=str)}", flush=True)
         if not result["ok"]:
             break  # later dates depend on earlier ones
     return 1 if failed else 0

@@ -22,22 +22,24 @@ def demo_home(tmp_path, monkeypatch):
 
 def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_changes_nothing(demo_home):
     from airflow_provider_dltrain.demo import paths
-    from airflow_provider_dltrain.demo.run import run_dag_for_date
+    from airflow_provider_dltrain.demo.run import run_dags
 
-    first = run_dag_for_date("dltrain_ingest", "2026-11-24", demo_home)
+    # the run for the date, then the same run again (one runner process: Airflow and Spark start once)
+    first, again = run_dags([("dltrain_ingest", "2026-11-24", None)] * 2, demo_home)
     assert first.ok, first.tail
+    assert again.ok, again.tail
+    written = [o.state["xcom"]["ingest_images"] for o in (first, again)]
+    assert [(w["version"], w["committed"]) for w in written] == [(0, True), (0, False)]
+    assert first.state["run_id"] != again.state["run_id"]
     uri = paths.table("digits")
     table = lake.open_table(uri)
-    rows = sorted(map(str, table.to_pyarrow_table().to_pylist()))
+    rows = table.to_pyarrow_table().to_pylist()
     assert len(rows) == 100 and {p["ds"] for p in table.partitions()} == {"2026-11-24"}
+    assert len({r["source_file"] for r in rows}) == 100  # every image once, also after the re-run
     assert lake.open_table(paths.table("digits_quarantine")).to_pyarrow_table().num_rows == 3
     info = lake.DeltaLog(uri).commit_info(table.version())
     assert info["airflow.dag_id"] == "dltrain_ingest" and info["airflow.task_id"] == "ingest_images"
-    assert info["airflow.run_id"].startswith("manual__")
-
-    again = run_dag_for_date("dltrain_ingest", "2026-11-24", demo_home)
-    assert again.ok, again.tail
-    assert sorted(map(str, lake.open_table(uri).to_pyarrow_table().to_pylist())) == rows
+    assert info["airflow.run_id"] == first.state["run_id"] and info["airflow.run_id"].startswith("manual__")
     events = _asset_events(demo_home)
     # same landing files: the re-run commits nothing and its event says so, naming the same version
     assert lake.DeltaLog(uri).latest_version() == 0

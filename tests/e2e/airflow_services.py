@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import free_port, migrated_airflow_db, wait_for_port
 
 # The login a test with ``login=True`` uses, in the UI and for the REST API.
 USER, PASSWORD = "admin", "admin"
@@ -97,9 +97,7 @@ def airflow_services(
         env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = f"{USER}:admin"
         env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(passwords)
     log_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True
-    )
+    migrated_airflow_db(env)
     procs: list[subprocess.Popen] = []
     try:
         # the api-server first: tasks queued before it listens would fail to reach the execution API

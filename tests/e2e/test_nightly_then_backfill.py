@@ -24,6 +24,7 @@ DATES = [(START + timedelta(days=i)).isoformat() for i in range(4)]
 D2, D3, D4 = DATES[1], DATES[2], DATES[3]
 MODEL = "dltrain_digits"
 FAST = {"epochs": 6, "batch_size": 32, "lr": 0.003, "seed": 7}
+PER_DAY = 200  # images a day
 
 
 def _files_by_partition(uri):
@@ -52,7 +53,7 @@ class Demo:
         from airflow_provider_dltrain.demo.seed import seed
 
         self.paths = paths
-        seed(paths.landing(), START, len(DATES), per_day=200)
+        seed(paths.landing(), START, len(DATES), per_day=PER_DAY)
         self.env = airflow_env()
         ensure_airflow_db(self.env)
         from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -60,19 +61,22 @@ class Demo:
         self.tracking = TrackingConfig(tracking_uri=paths.mlflow_uri())
         self.predictions = paths.table("digit_predictions")
         self.digits = paths.table("digits")
+        self.latest = {}  # (dag_id, ds) -> task states and return values of its newest run
 
     def run(self, runs):
+        """Run ``runs`` in one runner process (Airflow and Spark start once); every run must succeed."""
         from airflow_provider_dltrain.demo.run import run_dags
 
         outcomes = run_dags(runs, self.env)
         bad = [o for o in outcomes if not o.ok]
         assert len(outcomes) == len(runs) and not bad, bad[0].tail if bad else outcomes
+        for o in outcomes:
+            assert o.state.get("tasks"), o  # the runner read the run back from Airflow's DB
+            self.latest[(o.dag_id, o.ds)] = o.state
         return outcomes
 
     def outcome(self, dag_id, ds):
-        from airflow_provider_dltrain.demo.orchestrate import run_outcome
-
-        return run_outcome(dag_id, ds, self.env)
+        return self.latest[(dag_id, ds)]
 
     def versions(self):
         client = self.tracking.client()
@@ -154,25 +158,28 @@ def _tables(demo):
 def test_nightly_runs_score_every_date_once_with_the_champion_for_that_date(demo):
     for ds in DATES:
         rows = [json.loads(r) for r in demo.nightly["rows"][ds]]
-        assert len(rows) == 200 and len({r["source_file"] for r in rows}) == 200
+        assert len(rows) == PER_DAY and len({r["source_file"] for r in rows}) == PER_DAY
         assert {r["model_version"] for r in rows} == {demo.nightly["champions"][ds]}
     assert demo.nightly["live"] == demo.nightly["champions"][DATES[-1]]
 
 
 def test_rerunning_a_whole_day_twice_with_untouched_landing_files_changes_nothing(demo):
     tables = _tables(demo)
-    for _ in range(2):
-        demo.run([("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})])
-        ingest = demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]
+    day = [("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})]
+    outcomes = demo.run(day + day)  # the whole day, twice, back to back
+    for ingest_run, retrain_run in (outcomes[:2], outcomes[2:]):
+        ingest = ingest_run.state["xcom"]["ingest_images"]
         assert ingest["committed"] is False and ingest["version"] == demo.nightly["ingest_versions"][D2]
-        state = demo.outcome("dltrain_retrain", D2)
+        state = retrain_run.state
         assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
         assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]
-        assert _tables(demo) == tables  # no new version of any table
-        assert {ds: _rows(demo.predictions, ds) for ds in DATES} == demo.nightly["rows"]
-        assert demo.versions() == demo.nightly["versions"]
-        assert demo.live() == demo.nightly["live"]
-        assert demo.champions() == demo.nightly["champions"]
+        assert state["xcom"]["score"]["version"] == demo.nightly["score_versions"][D2]
+    assert outcomes[1].state["run_id"] != outcomes[3].state["run_id"]  # two runs, not one read twice
+    assert _tables(demo) == tables  # no new version of any table
+    assert {ds: _rows(demo.predictions, ds) for ds in DATES} == demo.nightly["rows"]
+    assert demo.versions() == demo.nightly["versions"]
+    assert demo.live() == demo.nightly["live"]
+    assert demo.champions() == demo.nightly["champions"]
 
 
 def test_backfill_of_d3_reproduces_the_nightly_answer_and_trains_nothing(demo):
@@ -207,7 +214,14 @@ def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_
     before = _tables(demo)
     before_files = _files_by_partition(demo.predictions)
     source_file, fixed_label = _restate_d2(demo)
-    demo.run([("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})])
+    # the nightly of D2 again (it picks the restatement up), then a backfill of D3
+    demo.run(
+        [
+            ("dltrain_ingest", D2, None),
+            ("dltrain_retrain", D2, {"hparams": FAST}),
+            ("dltrain_retrain", D3, {"hparams": FAST}),
+        ]
+    )
     ingest = demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]
     restated = ingest["version"]
     assert ingest["committed"] is True and restated == before["digits"] + 1
@@ -215,7 +229,6 @@ def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_
         r["label"] for r in map(json.loads, _rows(demo.digits, D2)) if r["source_file"] == source_file
     } == {fixed_label}
 
-    demo.run([("dltrain_retrain", D3, {"hparams": FAST})])
     state = demo.outcome("dltrain_retrain", D3)
     # the backfill of D3 sees the restated D2: pinned to the restatement, trained on it
     assert state["xcom"]["wait_for_partition"]["version"] == restated

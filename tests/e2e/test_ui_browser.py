@@ -1,11 +1,12 @@
-"""The Airflow UI in headless Chromium against a real Airflow on 127.0.0.1.
+"""A real scheduler path, and the Airflow UI in headless Chromium, against a real Airflow on 127.0.0.1.
 
 api-server (with a login) + scheduler + dag-processor on the LocalExecutor, an ``mlflow server`` for
 tracking (so the "MLflow run" link has a page to point at) and the fake AWS running the Spark stages
-as Glue jobs (so the "Job console" link has a job). The nightly run for DAY is created through the
-REST API; the browser then logs in, checks the graph and the extra links, and re-runs DAY from the
-backfill form, which must give the nightly answer again. Screenshots go to ``$DLTRAIN_TEST_ARTIFACTS``
-(or the test's tmp dir); where is printed at the end.
+as Glue jobs (so the "Job console" link has a job). Backfills of DAYS are created through
+``POST /api/v2/backfills`` — the call the UI's backfill dialog makes — for the ingest DAG, then the
+retrain DAG; the browser then logs in, checks the graph and the extra links, and re-runs the first day
+from the backfill form, which must give the nightly answer again. Screenshots go to
+``$DLTRAIN_TEST_ARTIFACTS`` (or the test's tmp dir); where is printed at the end.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_fo
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
 from tests.e2e.side_services import fake_aws, mlflow_server
 
-# Minutes on a quiet machine; the first test also waits for the services and the nightly.
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
+# Minutes on a quiet machine; the first test also waits for the services and the backfills.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 CHROMIUM = "/usr/lib/chromium/chromium"
 DAG = "dltrain_retrain"
-DAY = "2026-11-24"
+DAYS = ["2026-11-24", "2026-11-25"]
+DAY = DAYS[0]  # the day re-run from the form
+PER_DAY = 120
 # what each node of the retrain graph must show: our operator classes
 TASK_TYPES = {
     "wait_for_partition": "DeltaTableVersionSensor",
@@ -56,7 +59,7 @@ def artifacts(tmp_path_factory, request) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
-    """The demo's nightly for DAY done (ingest + retrain, created through the REST API)."""
+    """The demo's nightly for DAYS done: backfills of the ingest, then the retrain DAG, through the REST API."""
     tmp = tmp_path_factory.mktemp("ui-stack")
     with pytest.MonkeyPatch.context() as mp, fake_aws(artifacts / "fake_aws.log") as aws:
         mp.setenv("DLTRAIN_HOME", str(tmp / "home"))
@@ -68,10 +71,13 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
                     wait_for_dag(api, dag_id)
                     api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
                 for dag_id in ("dltrain_ingest", DAG):
-                    backfill = create_backfill(api, dag_id, [DAY])
-                    runs = wait_for_backfill(api, backfill, dag_id, 1, timeout=900)
+                    backfill = create_backfill(api, dag_id, DAYS)
+                    runs = wait_for_backfill(api, backfill, dag_id, len(DAYS), timeout=900)
                     assert {r["state"] for r in runs} == {"success"}, runs
-                yield {"api": api, "aws": aws, "tracking_uri": tracking_uri, "run": runs[0]}
+                    # one run per day, each on the interval [day, day+1) of the data-interval timetable
+                    assert sorted(r["data_interval_start"][:10] for r in runs) == DAYS, runs
+                (run,) = [r for r in runs if r["data_interval_start"][:10] == DAY]
+                yield {"api": api, "aws": aws, "tracking_uri": tracking_uri, "run": run}
         assert not aws["leaks"](), "cloud resources left running"
 
 
@@ -82,7 +88,7 @@ def _demo_env(aws: dict, mp: pytest.MonkeyPatch) -> dict[str, str]:
     from airflow_provider_dltrain.demo.seed import seed
     from tests.engines.engine_helpers import aws_client
 
-    seed(paths.landing(), date.fromisoformat(DAY), 1, per_day=120)
+    seed(paths.landing(), date.fromisoformat(DAYS[0]), len(DAYS), per_day=PER_DAY)
     bucket = f"ui-{uuid.uuid4().hex[:10]}"
     aws_client("s3", aws["endpoint"]).create_bucket(Bucket=bucket)
     conn = {
@@ -139,6 +145,19 @@ def _shot_on_failure(page, artifacts: Path, name: str) -> Iterator[None]:
         raise
 
 
+def test_the_backfills_scored_every_image_of_every_day_once_with_the_champion_for_it(stack):
+    from airflow_provider_dltrain.demo import paths
+    from airflow_provider_dltrain.registry import champion_as_of
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from tests.e2e.backfill_checks import MODEL, partition_rows
+
+    tracking = TrackingConfig(tracking_uri=stack["tracking_uri"])
+    for ds in DAYS:
+        rows = [json.loads(r) for r in partition_rows(paths.table("digit_predictions"), ds)]
+        assert len(rows) == PER_DAY and len({r["source_file"] for r in rows}) == PER_DAY, ds
+        assert {r["model_version"] for r in rows} == {champion_as_of(tracking, MODEL, ds).version}, ds
+
+
 def test_retrain_graph_shows_every_task_with_its_operator_class(page, artifacts):
     from playwright.sync_api import expect
 
@@ -177,12 +196,18 @@ def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, art
         re.escape(stack["tracking_uri"]) + r"/#/experiments/(\d+)/runs/(\w+)", links["train"]
     )
     assert found, links["train"]
-    client = TrackingConfig(tracking_uri=stack["tracking_uri"]).client()
-    champion = client.get_model_version_by_alias(MODEL, "champion")
+    from airflow_provider_dltrain.registry import champion_as_of
+
+    tracking = TrackingConfig(tracking_uri=stack["tracking_uri"])
+    client = tracking.client()
+    # DAY's train task trained the first model: the champion for DAY (a later day's may be live now)
+    champion = client.get_model_version(MODEL, str(champion_as_of(tracking, MODEL, DAY).version))
     assert found.group(2) == champion.run_id
     assert found.group(1) == client.get_run(champion.run_id).info.experiment_id
-    # the Glue console page of the one job run that scored DAY
-    (glue_run,) = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
+    # the Glue console page of the job run that scored DAY: the first of the backfill's runs (one at a time)
+    glue_runs = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
+    assert len(glue_runs) == len(DAYS), glue_runs
+    glue_run = min(glue_runs, key=lambda r: r["StartedOn"])
     assert links["score"].startswith("https://us-east-1.console.aws.amazon.com/gluestudio/"), links["score"]
     assert glue_run["Id"] in links["score"] and SCORE_JOB in links["score"], links["score"]
 
@@ -191,7 +216,7 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
     from playwright.sync_api import expect
 
     api = stack["api"]
-    before = snapshot([DAY], stack["tracking_uri"])
+    before = snapshot(DAYS, stack["tracking_uri"])
     page.goto(f"/dags/{DAG}")
     with _shot_on_failure(page, artifacts, "backfill-form"):
         page.get_by_test_id("trigger-dag-button").click()

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,12 @@ script = os.path.join(drivers, "distributed_drivers", "torchrun_driver.py")
 sys.argv = [script]
 runpy.run_path(script, run_name="__main__")
 """
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def job_key(account: str, region: str, name: str) -> tuple[str, ...]:
@@ -139,6 +146,9 @@ class Container:
                 "TRAINING_JOB_NAME": job.training_job_name,
                 "DLTRAIN_CHECKPOINT_DIR": str(self.checkpoints),
                 "DLTRAIN_FAILURE_FILE": str(self.failure_file),
+                # torchrun's rendezvous port (29500 by default, its PET_ variable): a real host runs
+                # one job, but here jobs of tests running side by side share this machine
+                "PET_MASTER_PORT": str(_free_port()),
                 # the driver calls ``torchrun``: the one next to this interpreter
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             }
