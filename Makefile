@@ -11,12 +11,13 @@ export DLTRAIN_HOME ?= $(CURDIR)/.dltrain
 DEMO_START ?= 2026-11-24
 DEMO_DAYS ?= 3
 PYTEST_ARGS ?=
-# The tests not marked slow run on two pytest workers, whole files each (module fixtures are built
-# once): most of them wait on processes they start (JVMs, moto, jobs), so two share 2 cores ~1.7x faster
-# than one. The slow ones (whole DAG runs, services, clusters) run one at a time after them: side by
-# side they starve each other. TEST_WORKERS=0: everything in one process.
+# Every test but the Spark standalone cluster's runs on two pytest workers, whole files each (module
+# fixtures are built once), in collection order: the slow files (whole DAG runs, services) first,
+# the quick ones filling in behind them. Most tests wait on processes they start (JVMs, moto, jobs,
+# Airflow), so two workers share 2 cores well. tests/cluster (a master and two one-core workers)
+# then runs alone. TEST_WORKERS=0: everything in one process.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # pytest exits 5 when a selection holds no test (e.g. PYTEST_ARGS=tests/lake has no slow test)
 NO_TESTS_OK = || [ $$? = 5 ]
 # Horovod 0.28.1 built against the venv's torch (C++17 patch), cached as a wheel outside the clone.
@@ -36,7 +37,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-heavy test-spark35 spark35 horovod chromium bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 horovod chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -51,13 +52,9 @@ demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)
 
 test: install horovod chromium
-	$(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS) $(NO_TESTS_OK)
-	$(PY) -m pytest -p no:xdist -m slow $(PYTEST_ARGS) $(NO_TESTS_OK)
+	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
+	$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS) $(NO_TESTS_OK)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
-
-# The retrain pipeline on an EC2 cluster and the Airflow UI in Chromium (~10 min each on 2 cores).
-test-heavy: install horovod chromium
-	DLTRAIN_HEAVY_TESTS=1 $(PY) -m pytest -p no:xdist -m heavy $(PYTEST_ARGS)
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)

@@ -202,19 +202,9 @@ def _test_keeps_mlflow_env():
     _restore_env(saved)
 
 
-HEAVY_ENV = "DLTRAIN_HEAVY_TESTS"
-
-
 def pytest_collection_modifyitems(config, items):
     """``slow`` tests first, so that ``make test``'s workers (``-n 2 --dist loadfile``) start the long
     files at once and the short ones fill in at the end; ``tests/cluster`` stays last (its own hook, run
-    before this one: the sort is stable). ``heavy`` tests (a whole pipeline on one more backend) run
-    only with ``DLTRAIN_HEAVY_TESTS=1`` (``make test-heavy``), so the default suite stays within CI's time."""
+    before this one: the sort is stable)."""
     cluster = REPO / "tests" / "cluster"
     items.sort(key=lambda item: (cluster in Path(str(item.path)).parents, "slow" not in item.keywords))
-    if os.environ.get(HEAVY_ENV) == "1":
-        return
-    skip = pytest.mark.skip(reason=f"heavy end-to-end test: run with {HEAVY_ENV}=1 (make test-heavy)")
-    for item in items:
-        if "heavy" in item.keywords:
-            item.add_marker(skip)

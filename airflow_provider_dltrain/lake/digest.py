@@ -133,12 +133,18 @@ def _fixed_bits(arr: pa.Array) -> np.ndarray:
         if values.dtype == np.float16:
             values = values.astype(np.float32)
         wide = values.dtype.itemsize == 8
-        bits = values.view(np.uint64 if wide else np.uint32).astype(np.uint64)  # a copy: safe to edit
-        sign = np.uint64(0x8000000000000000 if wide else 0x80000000)
-        inf = np.uint64(0x7FF0000000000000 if wide else 0x7F800000)
-        bits[bits == sign] = 0  # -0.0 is +0.0: equal floats must hash equal
-        bits[(bits & ~sign) > inf] = inf | np.uint64(1)  # one NaN pattern, whatever its sign or payload
-        return bits
+        word = np.uint64 if wide else np.uint32
+        raw = values.view(word)
+        # -0.0 is +0.0 (equal floats must hash equal) and every NaN is one pattern, whatever its sign
+        # or payload. Both are rare: find them with two vectorised scans, copy only when one is there
+        # (editing the 64-bit copy unconditionally cost twice the whole hash of a tensor column).
+        negative_zero = raw == word(0x8000000000000000 if wide else 0x80000000)
+        nan = np.isnan(values)
+        if negative_zero.any() or nan.any():
+            raw = raw.copy()
+            raw[negative_zero] = 0
+            raw[nan] = word(0x7FF0000000000001 if wide else 0x7F800001)
+        return raw.astype(np.uint64)  # a copy: safe to edit
     if pa.types.is_timestamp(t):
         # Delta stores microseconds: a nanosecond column must hash as what will be read back
         arr = arr.cast(pa.timestamp("us", t.tz), safe=False)

@@ -114,12 +114,17 @@ class EngineRun:
                 engine_options=dict(self.engine_options),
                 aws_conn_id=self.aws_conn_id,
                 poll_interval=self.poll_interval,
+                **self.trigger_extras(),
             )
             self.defer(trigger=trigger, method_name="execute_complete")  # type: ignore[attr-defined]
         return self._finish(engine, handle, None)
 
     def job_started(self, context: Context, engine: Engine, handle: JobHandle) -> None:
         """Called once the job is known (submitted or re-attached), before waiting or deferring."""
+
+    def trigger_extras(self) -> dict[str, Any]:
+        """Further :class:`EngineJobTrigger` kwargs (never secrets); subclasses add theirs."""
+        return {}
 
     def engine_outcome(self, engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, Any]:
         """What the task returns for a terminal job (raises for a failed one); subclasses refine it."""

@@ -151,6 +151,13 @@ class RemoteTraining(EngineRun):
         url = mlflow_run_url(spec.tracking_uri or "", spec.experiment_id, spec.mlflow_run_id or "")
         context["ti"].xcom_push(key=MLFLOW_RUN_URL_KEY, value=url)
 
+    def trigger_extras(self) -> dict[str, Any]:
+        """The MLflow run and connection, so that killing the deferred task ends the run."""
+        spec = self._train_spec
+        if spec is None or not spec.mlflow_run_id:
+            return {}
+        return {"mlflow_run_id": spec.mlflow_run_id, "mlflow_conn_id": self.mlflow_conn_id}
+
     def engine_outcome(self, engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, Any]:
         """The TrainResult of a Completed job; a failed one raises with its reason, run ends FAILED."""
         from airflow_provider_dltrain.engines.base import SUCCEEDED

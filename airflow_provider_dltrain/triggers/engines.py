@@ -14,6 +14,9 @@ class EngineJobTrigger(BaseTrigger):
 
     Kwargs carry the connection id and engine options (bucket, role ARN, cluster id), never
     credentials. The adapter's ``poll`` is the same call the operator's synchronous wait makes.
+    A training job also names its MLflow run and connection (``mlflow_run_id``,
+    ``mlflow_conn_id``): killing the deferred task ends that run FAILED, as the operator's own
+    ``on_kill`` does for a task that waits in its worker.
     """
 
     def __init__(
@@ -25,6 +28,8 @@ class EngineJobTrigger(BaseTrigger):
         aws_conn_id: str | None = None,
         region_name: str | None = None,
         poll_interval: float = 30.0,
+        mlflow_run_id: str | None = None,
+        mlflow_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.engine = engine
@@ -33,6 +38,8 @@ class EngineJobTrigger(BaseTrigger):
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
         self.poll_interval = poll_interval
+        self.mlflow_run_id = mlflow_run_id
+        self.mlflow_conn_id = mlflow_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -44,6 +51,8 @@ class EngineJobTrigger(BaseTrigger):
                 "aws_conn_id": self.aws_conn_id,
                 "region_name": self.region_name,
                 "poll_interval": self.poll_interval,
+                "mlflow_run_id": self.mlflow_run_id,
+                "mlflow_conn_id": self.mlflow_conn_id,
             },
         )
 
@@ -64,7 +73,23 @@ class EngineJobTrigger(BaseTrigger):
         try:
             engine.cancel(handle)
         finally:
-            engine.teardown(handle)
+            try:
+                engine.teardown(handle)
+            finally:
+                self._end_run()
+
+    def _end_run(self) -> None:
+        """End the training job's MLflow run FAILED: the job that would have finished it is stopped."""
+        if not self.mlflow_run_id:
+            return
+        from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+        from airflow_provider_dltrain.training.tracking import end_failed
+
+        hook = MlflowHook(mlflow_conn_id=self.mlflow_conn_id) if self.mlflow_conn_id else MlflowHook()
+        config = hook.get_tracking_config()
+        end_failed(
+            config, self.mlflow_run_id, RuntimeError("the task was killed; the training job was stopped")
+        )
 
     async def on_kill(self) -> None:
         """The deferred task was marked failed or cleared: cancel the job, remove its cluster.

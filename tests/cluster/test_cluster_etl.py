@@ -7,7 +7,7 @@ import pytest
 from airflow_provider_dltrain import lake
 from airflow_provider_dltrain.etl import write_dataframe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 DS = "2026-11-28"
 

@@ -10,7 +10,7 @@ from airflow_provider_dltrain.inference import ScoringSpec, resolve_scoring_mode
 from airflow_provider_dltrain.lake import open_table, overwrite_partition
 from airflow_provider_dltrain.registry.config import TrackingConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 DS = "2026-11-28"
 ROWS = 600

@@ -19,7 +19,7 @@ from airflow_provider_dltrain import lake
 from airflow_provider_dltrain.lake.storage import filesystem
 from airflow_provider_dltrain.training import TrainingUserError, run_training
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 HPARAMS = {"epochs": 3, "batch_size": 16, "seed": 5}
 TRAIN_FN = "training_fns:keyless_train"  # tests/training's model: dropout, DDP, allreduce, save_model

@@ -24,7 +24,7 @@ from airflow_provider_dltrain.engines import JobFailedError, RunIdentity
 from airflow_provider_dltrain.lake import DeltaLog, open_table
 from tests.support.spark_cluster import SparkCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 HERE = Path(__file__).resolve().parent
 # etl_jobs and submit_jobs: top-level transform modules, staged into the job's code bundle

@@ -1,9 +1,12 @@
 """The unmodified ingest and retrain DAGs with their Spark stages on Glue, EMR and EMR Serverless.
 
 Every table lives on the fake AWS's S3; ETL and scoring run as cloud jobs (Amazon provider hooks →
-moto → the local executor → the job script → Delta on S3). The nightly for D runs on Glue; the same
-date re-run on EMR and then on EMR Serverless gives the same answer: no new commit, nothing trained,
-identical predictions.
+moto → the local executor → the job script → Delta on S3), and training runs on a per-run EC2
+cluster (``DLTRAIN_TRAIN_BACKEND=ec2``): two "instances" whose user data the fake AWS boots
+locally, torchrun over loopback (2 nodes x 1 process) reading the pinned Delta version from the
+fake S3 and logging the model into the MLflow run the launcher opened. The nightly for D runs on
+Glue; the same date re-run on EMR and then on EMR Serverless gives the same answer: no new commit,
+nothing trained, identical predictions. No instance, cluster or job is left running.
 """
 
 from __future__ import annotations
@@ -58,6 +61,14 @@ def lake_on_s3(aws_leak_check, tmp_path, monkeypatch):
             "execution_role_arn": "arn:aws:iam::123456789012:role/EmrServerlessRole",
         },
     }
+    monkeypatch.setenv("DLTRAIN_TRAIN_BACKEND", "ec2")
+    ec2 = {
+        "staging_uri": staging,
+        "instance_count": 2,
+        "image_id": "ami-0abcdef1234567890",
+        "max_minutes": 30,
+    }
+    monkeypatch.setenv("DLTRAIN_TRAIN_BACKEND_OPTIONS", json.dumps(ec2))
     yield {"endpoint": endpoint, "bucket": bucket, "options": options}
     es.stop_application(applicationId=app)
     es.delete_application(applicationId=app)
@@ -109,7 +120,8 @@ def test_nightly_on_glue_then_the_same_date_on_emr_and_emr_serverless_gives_the_
     assert digits.startswith("s3://") and predictions.startswith("s3://")
     version, rows = _predictions(predictions, storage)
     assert version == 0 and len(rows) > 100
-    assert _job_count(lake_on_s3["endpoint"], lake_on_s3["bucket"]) == 2  # ingest + score ran as jobs
+    assert _job_count(lake_on_s3["endpoint"], lake_on_s3["bucket"]) == 3  # ingest, training, score
+    _assert_trained_on_two_terminated_instances(lake_on_s3["endpoint"])
     glue = aws_client("glue", lake_on_s3["endpoint"])
     assert {j["Name"] for j in glue.get_jobs()["Jobs"]} == {
         "dltrain-dltrain_ingest-ingest_images",
@@ -126,3 +138,27 @@ def test_nightly_on_glue_then_the_same_date_on_emr_and_emr_serverless_gives_the_
     clusters = emr.list_clusters()["Clusters"]
     assert len(clusters) == 2 and {c["Status"]["State"] for c in clusters} == {"TERMINATED"}
     assert os.environ["DLTRAIN_ENGINE"] == "emr_serverless"
+    assert _job_count(lake_on_s3["endpoint"], lake_on_s3["bucket"]) == 3  # the re-runs trained nothing
+
+
+def _assert_trained_on_two_terminated_instances(endpoint):
+    import mlflow
+
+    from airflow_provider_dltrain.registry.config import default_tracking_uri
+
+    reservations = aws_client("ec2", endpoint).describe_instances()["Reservations"]
+    ours = [
+        i for r in reservations for i in r["Instances"] if any(t["Key"] == "dltrain:job" for t in i["Tags"])
+    ]
+    tags = [{t["Key"]: t["Value"] for t in i["Tags"]} for i in ours]
+    assert sorted(t["dltrain:node_rank"] for t in tags if t["dltrain:dag_id"] == "dltrain_retrain") == [
+        "0",
+        "1",
+    ]
+    assert {i["State"]["Name"] for i in ours} == {"terminated"}
+    client = mlflow.MlflowClient(tracking_uri=default_tracking_uri())
+    versions = client.search_model_versions("name='dltrain_digits'")
+    assert len(versions) == 1
+    run = client.get_run(versions[0].run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["dltrain.backend"] == "ec2"
+    assert run.data.tags["dltrain.world_size"] == "2" and "val_accuracy" in run.data.metrics

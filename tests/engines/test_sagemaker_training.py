@@ -369,3 +369,29 @@ def test_a_spot_job_interrupted_mid_epoch_resumes_to_the_same_weights_as_an_unin
     plain, resumed = results["spot_plain"], results["spot_interrupted"]
     assert resumed["metrics"]["resumed_from_epoch"] >= 1.0 and plain["metrics"]["resumed_from_epoch"] == 0.0
     assert resumed["weights_sha256"] == plain["weights_sha256"]
+
+
+def test_killing_a_deferred_task_stops_the_job_and_ends_the_mlflow_run_from_the_triggerer(sm):
+    """The worker is gone while the task defers: the trigger's on_kill stops the job and ends the run."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _operator(
+        sm,
+        "train_deferred_killed",
+        train_fn="sm_train_fns:slow_train",
+        hparams={"sleep_s": 600},
+        deferrable=True,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(_context(op.task_id))
+    trigger = deferred.value.trigger
+    kwargs = trigger.serialize()[1]
+    run_id = json.loads(_jobs_spec(sm, "train-deferred-killed"))["mlflow_run_id"]
+    assert kwargs["mlflow_run_id"] == run_id and SECRET_TOKEN not in json.dumps(kwargs)
+    name = _wait_in_progress(sm, "train-deferred-killed")
+    assert _run(sm, run_id).info.status == "RUNNING"
+    asyncio.run(type(trigger)(**kwargs).on_kill())  # a triggerer rebuilds the trigger from its kwargs
+    client = aws_client("sagemaker", sm["endpoint"])
+    assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] in ("Stopping", "Stopped")
+    run = _run(sm, run_id)
+    assert run.info.status == "FAILED" and "killed" in run.data.tags["dltrain.failure"]
