@@ -182,6 +182,11 @@ class _Loaded:
     def nbytes(self) -> int:
         return sum(int(getattr(v, "nbytes", 0)) for v in self.arrays.values())
 
+    @property
+    def row_bytes(self) -> int:
+        rows = len(next(iter(self.arrays.values()))) if self.arrays else 0
+        return self.nbytes // rows if rows else 0
+
 
 _CACHE: OrderedDict[tuple, _Loaded] = OrderedDict()
 _SURVEYS: OrderedDict[tuple, tuple[Unit, ...]] = OrderedDict()
@@ -300,6 +305,18 @@ def content_order(table: pa.Table, key: str | None = None, hashes: np.ndarray | 
         ) from err
 
 
+_GATHER_BYTES = 8 * 2**20
+
+
+def _views(block: Batch, group: list[tuple[int, int]]) -> Iterator[Batch]:
+    """The batches of ``group`` (row ranges, in order) as slices of their gathered ``block``."""
+    offset = 0
+    for start, stop in group:
+        size = stop - start
+        yield {name: values[offset : offset + size] for name, values in block.items()}
+        offset += size
+
+
 def _gather(loaded: _Loaded, positions: np.ndarray) -> Batch:
     import torch
 
@@ -333,9 +350,21 @@ def iter_batches(
     if spec.shuffle:
         rows = rows[np.random.default_rng([spec.seed % 2**63, epoch]).permutation(len(rows))]
     slices = rank_slices(len(rows), spec.batch_size, spec.rank, spec.world_size, spec.drop_last)
-    for step, (start, stop) in enumerate(slices):
-        if step % num_workers == worker:
-            yield _gather(loaded, rows[start:stop])
+    mine = [bounds for step, bounds in enumerate(slices) if step % num_workers == worker]
+    # Many batches are gathered at once into one block (about _GATHER_BYTES) and handed out as views
+    # of it: one index_select per column and block instead of per batch (the per-call overhead was
+    # half of the gathers' time for 256-row batches); each batch still owns its own rows.
+    per_block = max(1, _GATHER_BYTES // max(1, loaded.row_bytes))
+    group: list[tuple[int, int]] = []
+    for bounds in [*mine, None]:
+        if bounds is not None and (
+            not group or sum(b - a for a, b in group) + bounds[1] - bounds[0] <= per_block
+        ):
+            group.append(bounds)
+            continue
+        if group:
+            yield from _views(_gather(loaded, np.concatenate([rows[a:b] for a, b in group])), group)
+        group = [bounds] if bounds is not None else []
 
 
 def num_rows(spec: LoaderSpec) -> int:
