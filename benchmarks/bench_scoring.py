@@ -49,8 +49,11 @@ def _register(tracking: Any, example: Any, kind: str) -> str:
     import mlflow
     import mlflow.pytorch
 
+    from airflow_provider_dltrain.training.tracking import ensure_experiment
+
     tracking.apply()
-    with mlflow.start_run():
+    experiment = ensure_experiment(mlflow.MlflowClient(), "bench-scoring", tracking.tracking_uri)
+    with mlflow.start_run(experiment_id=experiment):  # artifacts next to the DB, not in ./mlruns
         mlflow.pytorch.log_model(
             _model(kind),
             name="model",

@@ -29,7 +29,12 @@ def registered(tmp_path):
         torch.nn.Linear(N_FEATURES, 16), torch.nn.ReLU(), torch.nn.Linear(16, N_CLASSES)
     ).eval()
     with tracking.activated():
-        mlflow.set_experiment("cluster-scoring")
+        from airflow_provider_dltrain.training.tracking import ensure_experiment
+
+        client = mlflow.MlflowClient()
+        mlflow.set_experiment(
+            experiment_id=ensure_experiment(client, "cluster-scoring", tracking.tracking_uri)
+        )
         with mlflow.start_run():
             mlflow.pytorch.log_model(
                 module,

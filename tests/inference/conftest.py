@@ -82,7 +82,12 @@ def store(tmp_path_factory) -> Store:
     tracking.apply()
     import mlflow
 
-    mlflow.set_experiment("inference-tests")
+    from airflow_provider_dltrain.training.tracking import ensure_experiment
+
+    # the experiment's artifacts next to the DB (MLflow's default for SQLite is ./mlruns in the cwd)
+    mlflow.set_experiment(
+        experiment_id=ensure_experiment(mlflow.MlflowClient(), "inference-tests", tracking.tracking_uri)
+    )
     modules = {}
     for version in ("1", "2", "3"):
         torch.manual_seed(int(version))

@@ -35,7 +35,12 @@ def guarded(store, tmp_path_factory) -> SimpleNamespace:
 
     marker = tmp_path_factory.mktemp("pickle-marker") / "unpickled.txt"
     store.tracking.apply()
-    mlflow.set_experiment("inference-tests")
+    from airflow_provider_dltrain.training.tracking import ensure_experiment
+
+    client = mlflow.MlflowClient()
+    mlflow.set_experiment(
+        experiment_id=ensure_experiment(client, "inference-tests", store.tracking.tracking_uri)
+    )
     torch.manual_seed(7)
     safe = torch.nn.Sequential(torch.nn.Linear(N_FEATURES, N_CLASSES)).eval()
     with mlflow.start_run():
