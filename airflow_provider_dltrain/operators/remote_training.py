@@ -238,7 +238,9 @@ class RemoteTraining(EngineRun):
         try:
             self.kill_job()
         finally:
-            self._end_failed(RuntimeError("the task was killed; the training job was stopped"))
+            from airflow_provider_dltrain.training.tracking import KILLED
+
+            self._end_failed(RuntimeError(KILLED))
 
 
 def _ref(data: dict[str, Any]) -> DeltaRef:

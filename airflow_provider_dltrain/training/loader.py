@@ -308,8 +308,11 @@ def content_order(table: pa.Table, key: str | None = None, hashes: np.ndarray | 
 _GATHER_BYTES = 8 * 2**20
 
 
-def _views(block: Batch, group: list[tuple[int, int]]) -> Iterator[Batch]:
-    """The batches of ``group`` (row ranges, in order) as slices of their gathered ``block``."""
+def _views(loaded: _Loaded, rows: np.ndarray, group: list[tuple[int, int]]) -> Iterator[Batch]:
+    """The batches of ``group`` (ranges of ``rows``, in order): one gather, then slices of it."""
+    import numpy as np
+
+    block = _gather(loaded, np.concatenate([rows[a:b] for a, b in group]))
     offset = 0
     for start, stop in group:
         size = stop - start
@@ -356,15 +359,15 @@ def iter_batches(
     # half of the gathers' time for 256-row batches); each batch still owns its own rows.
     per_block = max(1, _GATHER_BYTES // max(1, loaded.row_bytes))
     group: list[tuple[int, int]] = []
-    for bounds in [*mine, None]:
-        if bounds is not None and (
-            not group or sum(b - a for a, b in group) + bounds[1] - bounds[0] <= per_block
-        ):
-            group.append(bounds)
-            continue
-        if group:
-            yield from _views(_gather(loaded, np.concatenate([rows[a:b] for a, b in group])), group)
-        group = [bounds] if bounds is not None else []
+    held = 0
+    for start, stop in mine:
+        if group and held + stop - start > per_block:
+            yield from _views(loaded, rows, group)
+            group, held = [], 0
+        group.append((start, stop))
+        held += stop - start
+    if group:
+        yield from _views(loaded, rows, group)
 
 
 def num_rows(spec: LoaderSpec) -> int:

@@ -165,6 +165,9 @@ def failure_reason(config: TrackingConfig, err: BaseException) -> str:
     return config.scrub(short)[:_MAX_TAG]
 
 
+KILLED = "the task was killed; the training job was stopped"  # the reason a killed task's run ends with
+
+
 def end_failed(config: TrackingConfig, run_id: str, err: BaseException) -> None:
     """Mark ``run_id`` FAILED with ``dltrain.failure`` saying why; never hides ``err`` behind its own error."""
     try:

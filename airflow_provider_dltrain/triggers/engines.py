@@ -83,13 +83,11 @@ class EngineJobTrigger(BaseTrigger):
         if not self.mlflow_run_id:
             return
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
-        from airflow_provider_dltrain.training.tracking import end_failed
+        from airflow_provider_dltrain.training.tracking import KILLED, end_failed
 
         hook = MlflowHook(mlflow_conn_id=self.mlflow_conn_id) if self.mlflow_conn_id else MlflowHook()
         config = hook.get_tracking_config()
-        end_failed(
-            config, self.mlflow_run_id, RuntimeError("the task was killed; the training job was stopped")
-        )
+        end_failed(config, self.mlflow_run_id, RuntimeError(KILLED))
 
     async def on_kill(self) -> None:
         """The deferred task was marked failed or cleared: cancel the job, remove its cluster.
