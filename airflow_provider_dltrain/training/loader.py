@@ -2,9 +2,9 @@
 
 How rows are dealt out (same in every process, computed from the row count alone):
 
-* rows are first put in content order: by the split ``key`` (ties by a hash of the row), or by the
-  row hash when there is no key - never by file, so the same rows give the same batches whatever
-  files hold them (see :func:`content_order`);
+* rows are first put in content order: by the split ``key`` (ties by a hash of the row), or by
+  what the rows hold when there is no key - never by file, so the same rows give the same batches
+  whatever files hold them (see :mod:`.ordering`);
 * the epoch order is ``arange(n)`` or a permutation seeded by ``(seed, epoch)`` - identical on
   every rank, independent of the world size;
 * the order is cut into global steps of ``batch_size * world_size`` rows, and each step into one
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.training.ordering import content_order
 from airflow_provider_dltrain.training.stream import Unit, stream_batches, survey, unit_rows
 from airflow_provider_dltrain.training.tensors import column_to_numpy, is_tensor_type, to_tensor
 
@@ -235,74 +236,28 @@ def units_of(spec: LoaderSpec) -> tuple[Unit, ...]:
 
 def _read(spec: LoaderSpec) -> _Loaded:
     import numpy as np
-    import pyarrow as pa
-
-    from airflow_provider_dltrain.lake.digest import row_hashes
 
     plan = spec.plan
     needed = list(dict.fromkeys([*spec.columns, *([spec.key] if spec.key else [])]))
-    expr = plan.expression()
-    fragments = list(plan.dataset().get_fragments(filter=expr)) if plan.files else []
-
-    def read(fragment: Any) -> tuple[pa.Table, np.ndarray | None]:
-        part = fragment.to_table(schema=plan.schema, columns=needed, filter=expr)
-        # without a key the content order needs every row's hash: computed here, in the reading
-        # threads (NumPy releases the GIL), instead of after the read on one core
-        return part, (row_hashes(part) if spec.key is None else None)
-
-    # one file per thread (a Delta file is often a single row group); the order is fixed below
-    with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        parts = list(pool.map(read, fragments))
-    tables = [part for part, _ in parts]
-    table = pa.concat_tables(tables) if tables else plan.schema.empty_table().select(needed)
-    hashes = np.concatenate([h for _, h in parts]) if parts and spec.key is None else None
+    if plan.files:
+        # one scan with pyarrow's threads (files and columns in parallel): measured faster than
+        # a thread per file; the order of the rows it returns does not matter (content order below)
+        table = plan.dataset().to_table(columns=needed, filter=plan.expression(), use_threads=True)
+    else:
+        table = plan.schema.empty_table().select(needed)
     # Rows stay where the files put them; the positions lists are in content order instead. A batch
     # gathers the same rows in the same sequence as a content-sorted copy would, without the copy.
-    order = content_order(table, spec.key, hashes).astype(np.int64, copy=False)  # torch indexes with int64
-    arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
+    # the order is found while the columns become tensors: both release the GIL
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ordering = pool.submit(content_order, table, spec.key)
+        arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
+        order = ordering.result().astype(np.int64, copy=False)  # torch indexes with int64
     rows: dict[Split, np.ndarray] = {None: order}
     if spec.key:
         is_val = validation_mask(table.column(spec.key), spec.validation_fraction, spec.key)[order]
         rows["validation"] = order[is_val]
         rows["train"] = order[~is_val]
     return _Loaded(arrays, rows)
-
-
-def content_order(table: pa.Table, key: str | None = None, hashes: np.ndarray | None = None) -> np.ndarray:
-    """Positions ordering ``table``'s rows by ``key`` (ties by row content), or by row content alone.
-
-    ``hashes`` are the rows' :func:`~airflow_provider_dltrain.lake.digest.row_hashes` when the
-    caller has them already.
-
-    The seeded shuffle permutes positions, so the rows must sit in an order that depends on the rows
-    only: the same rows stored in other files, in another order (a compaction, a rewrite of the same
-    partition) then give the same batches, the same weights and the same metrics. Rows equal in
-    every loaded column may swap places, which changes nothing a model can see.
-    """
-    import numpy as np
-
-    from airflow_provider_dltrain.lake.digest import row_hashes
-
-    if table.num_rows == 0:
-        return np.arange(0)
-    if key is None:
-        # not a stable sort (twice as fast): rows that tie hash equal in every column read, so which
-        # of them comes first changes no batch
-        return np.argsort(row_hashes(table) if hashes is None else hashes)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    keys = table.column(key)
-    try:
-        if pc.count_distinct(keys).as_py() == table.num_rows:  # unique keys: no tie to break, no hashing
-            return np.asarray(pc.sort_indices(keys))  # Arrow's sort is stable
-        ranked = pa.table({"key": keys, "row": pa.array(row_hashes(table), pa.uint64())})
-        return np.asarray(pc.sort_indices(ranked, sort_keys=[("key", "ascending"), ("row", "ascending")]))
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-        raise SchemaMismatchError(
-            f"split key column {key!r} has type {keys.type}, which cannot be sorted; "
-            "use a string, number or date column as the key"
-        ) from err
 
 
 _GATHER_BYTES = 8 * 2**20

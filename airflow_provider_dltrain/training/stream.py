@@ -6,7 +6,7 @@ How an epoch is streamed (every process computes the same layout from the survey
   (once per process, reading only the split key, or the loaded columns when there is no key)
   records each unit's selected row counts and a **content digest** of its rows;
 * units are sorted by digest, never by path, then permuted by ``(seed, epoch)``; inside a unit the
-  rows are put in content order (key, then row hash) - so the global row sequence of an epoch
+  rows are put in content order (:mod:`.ordering`) - so the global row sequence of an epoch
   depends on the seed and on what each row group holds, not on file names;
 * the global sequence is cut into one contiguous range per rank (and per DataLoader worker), sized
   by the same step layout as the in-memory mode: ranks read disjoint row groups (a boundary group
@@ -186,7 +186,8 @@ def load_piece(spec: LoaderSpec, unit: Unit, lo: int, hi: int) -> tuple[dict[str
     """Rows ``[lo, hi)`` of ``unit``'s split in content order, as loader arrays, and their Arrow bytes."""
     import numpy as np
 
-    from airflow_provider_dltrain.training.loader import content_order, validation_mask
+    from airflow_provider_dltrain.training.loader import validation_mask
+    from airflow_provider_dltrain.training.ordering import content_order
 
     table = read_unit(spec.plan, unit.file, unit.row_group, needed_columns(spec))
     order = content_order(table, spec.key)
