@@ -20,9 +20,10 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # pytest exits 5 when a selection holds no test (e.g. PYTEST_ARGS=tests/lake has no slow test)
 NO_TESTS_OK = || [ $$? = 5 ]
-# Horovod 0.28.1 built against the venv's torch (C++17 patch), cached as a wheel outside the clone.
+# Horovod 0.28.1 built against the venv's torch (C++17 patch) with Gloo and MPI (Open MPI from
+# Debian: the MPI launch of SageMaker jobs runs under a real mpirun), cached as a wheel outside the clone.
 HOROVOD_VERSION ?= 0.28.1
-HOROVOD_MARK := $(VENV)/.horovod-$(HOROVOD_VERSION)
+HOROVOD_MARK := $(VENV)/.horovod-$(HOROVOD_VERSION)-mpi
 # Spark 3.5 (AWS Glue 5, EMR 7) next to the main venv's Spark 4: an overlay venv holding only pyspark
 # 3.5 and its py4j, which sees everything else (torch, deltalake, Airflow...) in $(VENV) through a
 # .pth file. `make test SPARK35_TESTS=` skips the Spark 3.5 run.
@@ -37,7 +38,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 horovod chromium bench lint clean constraints
+.PHONY: install demo test test-spark35 spark35 horovod mpi chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -75,9 +76,16 @@ $(SPARK35_MARK): $(VENV)/.installed
 
 horovod: $(HOROVOD_MARK)
 
-$(HOROVOD_MARK): $(VENV)/.installed docker/build_horovod.sh
-	HOROVOD_VERSION=$(HOROVOD_VERSION) docker/build_horovod.sh $(PY)
+$(HOROVOD_MARK): $(VENV)/.installed docker/build_horovod.sh | mpi
+	HOROVOD_VERSION=$(HOROVOD_VERSION) HOROVOD_WITH_MPI=1 docker/build_horovod.sh $(PY)
 	touch $@
+
+# Open MPI (mpirun, and mpicxx for Horovod's MPI controller): Debian's packages.
+mpi:
+	@command -v mpicxx >/dev/null && command -v mpirun >/dev/null || [ "$$(id -u)" != 0 ] || { \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openmpi-bin libopenmpi-dev; }
+	@command -v mpicxx >/dev/null && command -v mpirun >/dev/null || { echo "Horovod's MPI build and the" \
+		"SageMaker MPI test need Open MPI: run 'sudo apt-get install -y openmpi-bin libopenmpi-dev'" >&2; exit 1; }
 
 # tests/e2e/test_ui_browser.py drives Debian's Chromium (Playwright cannot download a browser here).
 CHROMIUM := /usr/lib/chromium/chromium

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build Horovod (PyTorch + Gloo, no MPI/TensorFlow/MXNet) against the torch already installed, cache
+# Build Horovod (PyTorch + Gloo, MPI on request; no TensorFlow/MXNet) against the installed torch, cache
 # the wheel outside the clone, and install it. Used by `make horovod` and docker/Dockerfile.train.
 #   docker/build_horovod.sh [PYTHON]        (default: python3)
 # Environment: HOROVOD_VERSION (0.28.1); HOROVOD_WITH_MPI=1 also builds the MPI controller (for
@@ -47,4 +47,7 @@ fi
 
 # --no-deps: its requirements (cloudpickle, psutil, pyyaml, packaging) come from the constraints file.
 "$PY" -m pip install -q --no-deps --force-reinstall "$cache_dir"/horovod-"$HOROVOD_VERSION"-*.whl
-"$PY" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod built without Gloo"; print("horovod", __import__("horovod").__version__, "ok")'
+HOROVOD_WITH_MPI="${HOROVOD_WITH_MPI:-0}" "$PY" -c 'import os, horovod.torch as hvd
+assert hvd.gloo_built(), "horovod built without Gloo"
+assert os.environ["HOROVOD_WITH_MPI"] != "1" or hvd.mpi_built(), "horovod built without MPI"
+print("horovod", __import__("horovod").__version__, "ok, mpi" if hvd.mpi_built() else "ok")'

@@ -3,13 +3,15 @@
 Uploaded as it is into the job's ``code`` channel, so it needs only the standard library (the
 image brings torch, and for MPI mpirun, sshd and horovod). It reads what SageMaker writes into
 every container - ``/opt/ml/input/config/resourceconfig.json`` (hosts, this host) and
-``hyperparameters.json`` (``spec``, ``code``) - and runs, like the SageMaker SDK's own drivers:
+``hyperparameters.json`` (``spec``, ``code``), or ``$SM_INPUT_CONFIG_DIR`` when set - and runs, like
+the SageMaker SDK's own drivers:
 
 - ``torchrun``: ``python -m torch.distributed.run --nnodes=H --nproc_per_node=P
   [--master_addr=<first host> --master_port=29500 --node_rank=i] job_script.py --spec ... --code ...``
   on every host;
 - ``mpi`` (Horovod): the first host runs ``mpirun -np H*P --host h1:P,h2:P ... python job_script.py
-  ...``; the other hosts run ``sshd`` and wait until the first host tells them the job ended.
+  ...``; the other hosts run ``sshd`` and wait until the first host tells them the job ended. A
+  single host runs ``mpirun --host localhost:P``: no SSH at all.
   Passwordless SSH between the hosts is the image's business (``docker/Dockerfile.train``).
 
 The exit status is the job's: non-zero makes SageMaker mark the job Failed with the reason that
@@ -36,17 +38,21 @@ def _read_json(path, default):
         return default
 
 
-def cluster(config_dir=CONFIG_DIR):
+def _config_dir():
+    return os.environ.get("SM_INPUT_CONFIG_DIR") or CONFIG_DIR
+
+
+def cluster(config_dir=None):
     """(hosts, this host) from SageMaker's resource config (or ``SM_HOSTS``/``SM_CURRENT_HOST``)."""
-    resource = _read_json(os.path.join(config_dir, "resourceconfig.json"), {})
+    resource = _read_json(os.path.join(config_dir or _config_dir(), "resourceconfig.json"), {})
     hosts = resource.get("hosts") or json.loads(os.environ.get("SM_HOSTS", '["algo-1"]'))
     current = resource.get("current_host") or os.environ.get("SM_CURRENT_HOST", hosts[0])
     return sorted(hosts), current
 
 
-def script_args(config_dir=CONFIG_DIR):
+def script_args(config_dir=None):
     """``--spec <uri> --code <uri>`` from the job's hyper-parameters."""
-    hps = _read_json(os.path.join(config_dir, "hyperparameters.json"), None)
+    hps = _read_json(os.path.join(config_dir or _config_dir(), "hyperparameters.json"), None)
     if hps is None:
         hps = json.loads(os.environ.get("SM_HPS", "{}"))
     args = []
@@ -74,13 +80,17 @@ def torchrun_command(hosts, current, per_host, entry, args, python=sys.executabl
 
 
 def mpi_command(hosts, per_host, entry, args, options=(), python=sys.executable):
-    """mpirun on the first host: ``H x P`` ranks, the job's environment exported to all of them."""
+    """mpirun on the first host: ``H x P`` ranks, the job's environment exported to all of them.
+
+    One host runs its ranks as ``localhost``: mpirun then forks them itself, without SSH.
+    """
     exported = [name for name in os.environ if name.startswith(("DLTRAIN_", "MLFLOW_", "AWS_", "SM_"))]
+    slots = [f"{host}:{per_host}" for host in hosts] if len(hosts) > 1 else [f"localhost:{per_host}"]
     command = [
         "mpirun",
         "--allow-run-as-root",
         "--host",
-        ",".join(f"{host}:{per_host}" for host in hosts),
+        ",".join(slots),
         "-np",
         str(len(hosts) * per_host),
         "--bind-to",

@@ -95,6 +95,11 @@ class HorovodCollectives:
         self.hvd = hvd
         self.averagers: list[_GradientAverager] = []
 
+    @property
+    def name(self) -> str:
+        """``horovod/mpi`` under ``mpirun`` (Horovod's MPI controller), else ``horovod/gloo``."""
+        return f"horovod/{'mpi' if self.hvd.mpi_enabled() else 'gloo'}"
+
     def wrap(self, model: Any) -> Any:
         """Broadcast rank 0's parameters and buffers; average gradients over ranks from now on."""
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -114,9 +114,12 @@ def _sample_column(column: pa.ChunkedArray) -> np.ndarray | None:
 
     if _is_fixed(column.type):
         return _column_hash(column)  # one word per row: hash it whole
-    parts = [_window_hash(chunk) for chunk in column.chunks]
-    if any(part is None for part in parts):
-        return None
+    parts = []
+    for chunk in column.chunks:
+        part = _window_hash(chunk)
+        if part is None:
+            return None
+        parts.append(part)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 

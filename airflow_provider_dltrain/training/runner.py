@@ -314,19 +314,23 @@ def failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[Non
 
 def finish_tracked_run(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> None:
     """Log the final metrics rank 0 did not log, then end the run FINISHED."""
+    from mlflow.entities import RunTag
+
     from airflow_provider_dltrain.training.tracking import finish_run
 
     logged = set(report.get("logged_metric_keys", []))
     unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
+    tags = {"dltrain.collectives": str(report["collectives"])} if report.get("collectives") else {}
     stopped = report.get("stopped")
     if stopped:
-        from mlflow.entities import RunTag
-
         log.info("run %s stopped early at step %s: %s", run_id, stopped["step"], stopped["reason"])
-        tags = {
-            "dltrain.stopped_early": "true",
-            "dltrain.stopped_step": str(stopped["step"]),
-            "dltrain.stop_reason": str(stopped["reason"])[:5000],
-        }
+        tags.update(
+            {
+                "dltrain.stopped_early": "true",
+                "dltrain.stopped_step": str(stopped["step"]),
+                "dltrain.stop_reason": str(stopped["reason"])[:5000],
+            }
+        )
+    if tags:
         config.client().log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     finish_run(config, run_id, failed=False, metrics=unlogged)

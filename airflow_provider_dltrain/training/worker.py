@@ -167,9 +167,21 @@ def execute(
         "logged_metric_keys": sorted(tracker.logged_keys) if tracker else [],
         "elapsed_s": round(time.monotonic() - started, 3),
         "stopped": _stopped(ctx),
+        "collectives": _collectives_name(collectives, world_size),
     }
     write_json(job.run_dir, "ranks", f"rank-{rank}.json", report, job.storage_options)
     return report
+
+
+def _collectives_name(collectives: Any, world_size: int) -> str:
+    """How the ranks talked: ``horovod/mpi``, ``horovod/gloo``, ``torch.distributed/gloo``, ``none``."""
+    import torch.distributed as dist
+
+    if collectives is not None:
+        return str(getattr(collectives, "name", type(collectives).__name__))
+    if world_size > 1 and dist.is_available() and dist.is_initialized():
+        return f"torch.distributed/{dist.get_backend()}"
+    return "none"
 
 
 def _checkpoints(job: RankJob, rank: int) -> contextlib.AbstractContextManager[str]:

@@ -8,7 +8,8 @@ second job take an existing name. Here:
   ``InProgress``;
 * the executor emulates one training container per job (``InstanceCount`` must be 1): it downloads
   the ``code`` channel, restores ``CheckpointConfig.S3Uri`` into a local checkpoint directory, and runs
-  the SageMaker SDK's own ``torchrun_driver.py`` with the ``SM_*`` variables SageMaker sets
+  the SageMaker SDK's own ``torchrun_driver.py`` (for ``--distribution mpi``: the job's own
+  ``ContainerEntrypoint``, which runs ``mpirun`` here) with the ``SM_*`` variables SageMaker sets
   (``SM_ENTRY_SCRIPT`` = the staged ``job_script.py``, ``SM_HPS`` = the job's hyper-parameters,
   ``SM_DISTRIBUTED_CONFIG`` = ``--processes-per-host`` of ``ContainerArguments``), plus the job's
   ``Environment``; checkpoints are uploaded when the process ends; the job then becomes Completed,
@@ -143,6 +144,7 @@ class Container:
                 "SM_HOSTS": '["algo-1"]',
                 "SM_CURRENT_HOST": "algo-1",
                 "SM_CURRENT_INSTANCE_TYPE": job.resource_config["InstanceType"],
+                "SM_INPUT_CONFIG_DIR": str(self.root / "input" / "config"),
                 "TRAINING_JOB_NAME": job.training_job_name,
                 "DLTRAIN_CHECKPOINT_DIR": str(self.checkpoints),
                 "DLTRAIN_FAILURE_FILE": str(self.failure_file),
@@ -164,24 +166,45 @@ class Container:
             target.mkdir(parents=True)
             self._download_prefix(source, target)
 
+    def write_config(self) -> None:
+        """``resourceconfig.json`` and ``hyperparameters.json``, as SageMaker writes them into a container."""
+        config = self.root / "input" / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        resource = {"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}
+        (config / "resourceconfig.json").write_text(json.dumps(resource))
+        (config / "hyperparameters.json").write_text(json.dumps(self.job.hyper_parameters or {}))
+
     def start(self) -> None:
+        self.write_config()
         self.download_channels()
         self.restore_checkpoints()
         self.failure_file.unlink(missing_ok=True)
         self.failure_file.parent.mkdir(parents=True, exist_ok=True)
-        shim = self.root / "run_driver.py"
-        shim.write_text(DRIVER_SHIM)
         key = job_key(self.job.account_id, self.region, self.job.training_job_name)
         self.started = time.monotonic()
         self.ex.start_process(
             key,
             "sagemaker",
             self.root,
-            [sys.executable, str(shim), str(drivers_dir())],
+            self.command(),
             self.on_exit,
             region=self.region,
             env_extra=self.environment(),
         )
+
+    def command(self) -> list[str]:
+        """torchrun jobs: the SDK's torchrun driver. MPI jobs: the job's own ContainerEntrypoint and
+        ContainerArguments (``mpirun`` on this machine), with ``/opt/ml/input/data`` mapped here."""
+        spec = self.job.algorithm_specification
+        args = list(spec.get("ContainerArguments") or [])
+        if "--distribution" in args and args[args.index("--distribution") + 1] == "mpi":
+            entry = [*(spec.get("ContainerEntrypoint") or []), *args]
+            data = str(self.root / "input" / "data")
+            argv = [a.replace("/opt/ml/input/data", data) for a in entry]
+            return [sys.executable, *argv[1:]] if argv and argv[0].startswith("python") else argv
+        shim = self.root / "run_driver.py"
+        shim.write_text(DRIVER_SHIM)
+        return [sys.executable, str(shim), str(drivers_dir())]
 
     def on_exit(self, returncode: int, message: str) -> None:
         self.upload_checkpoints()

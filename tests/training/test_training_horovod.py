@@ -69,6 +69,7 @@ def test_horovod_ranks_see_each_row_once_end_with_equal_weights_and_match_ddp_lo
     assert hvd.metrics["val_accuracy"] == pytest.approx(ddp.metrics["val_accuracy"], abs=0.02)
     tags = tracking.client().get_run(hvd.run_id).data.tags
     assert tags["dltrain.backend"] == "horovod" and tags["dltrain.world_size"] == "2"
+    assert tags["dltrain.collectives"] == "horovod/gloo"
 
 
 def test_horovod_run_is_bit_identical_when_repeated(digits_ref):
