@@ -152,13 +152,17 @@ def _window_hash(chunk: pa.Array) -> np.ndarray | None:
     # the cache line at the middle of the row (one line per row when rows are line-aligned)
     start = min(width - span, (width * size // 2) // _WINDOW_BYTES * _WINDOW_BYTES // size)
     if dense.dtype.kind == "f":
-        # torch copies a strided window about twice as fast as NumPy; adding +0.0 turns -0.0 into
-        # +0.0 on the way (the tensor shares the Arrow buffer, which nothing writes to)
-        window = to_tensor(dense)[:, start : start + span] + 0.0
-        nan = torch.isnan(window)
-        if bool(nan.any()):
-            window[nan] = float("nan")  # one NaN pattern, whatever the sign or payload
-        window = window.contiguous().numpy()
+        # torch copies a strided window about twice as fast as NumPy (the tensor shares the Arrow
+        # buffer, which nothing writes to; the copy is ours). -0.0 is found by its bits, not by
+        # float arithmetic, which a flush-denormals mode would change.
+        copy = to_tensor(dense)[:, start : start + span].contiguous()
+        bits = copy.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[size])
+        negative_zero = bits == torch.iinfo(bits.dtype).min  # the sign bit alone
+        nan = torch.isnan(copy)
+        if bool(negative_zero.any()) or bool(nan.any()):
+            bits[negative_zero] = 0
+            copy[nan] = float("nan")  # one NaN pattern, whatever the sign or payload
+        window = copy.numpy()
     else:
         window = np.ascontiguousarray(dense[:, start : start + span])
     # 8 bytes at a time when the window allows it: no widening copy

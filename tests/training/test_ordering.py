@@ -60,6 +60,12 @@ def _images(rows: int) -> np.ndarray:
         ),
         pytest.param(lambda: pa.table({"path": [f"p{i % 50}" for i in range(200)]}), id="strings-only"),
         pytest.param(
+            lambda: _tensor_table(
+                np.random.default_rng(5).random((300, 40)).astype(np.float16), np.arange(300)
+            ),
+            id="float16",
+        ),
+        pytest.param(
             lambda: _tensor_table(np.random.default_rng(1).random((400, 3)), np.arange(400) % 2),
             id="float64-width-3",
         ),
