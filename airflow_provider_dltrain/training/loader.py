@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.training.data import ScanPlan
-from airflow_provider_dltrain.training.ordering import content_order
+from airflow_provider_dltrain.training.ordering import content_order, sample_keys
 from airflow_provider_dltrain.training.stream import Unit, stream_batches, survey, unit_rows
 from airflow_provider_dltrain.training.tensors import column_to_numpy, is_tensor_type, to_tensor
 
@@ -247,11 +247,13 @@ def _read(spec: LoaderSpec) -> _Loaded:
         table = plan.schema.empty_table().select(needed)
     # Rows stay where the files put them; the positions lists are in content order instead. A batch
     # gathers the same rows in the same sequence as a content-sorted copy would, without the copy.
-    # the order is found while the columns become tensors: both release the GIL
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ordering = pool.submit(content_order, table, spec.key)
+    # Without a key the rows' sample keys are found in two threads, each over half of the rows,
+    # while this one turns the columns into tensors (all of it releases the GIL).
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        halves = [] if spec.key else [pool.submit(sample_keys, part) for part in _halves(table)]
         arrays = {c: to_tensor(column_to_numpy(table.column(c), c)) for c in spec.columns}
-        order = ordering.result().astype(np.int64, copy=False)  # torch indexes with int64
+        sample = np.concatenate([h.result() for h in halves]) if halves else None
+    order = content_order(table, spec.key, sample).astype(np.int64, copy=False)  # torch indexes with int64
     rows: dict[Split, np.ndarray] = {None: order}
     if spec.key:
         is_val = validation_mask(table.column(spec.key), spec.validation_fraction, spec.key)[order]
@@ -261,6 +263,11 @@ def _read(spec: LoaderSpec) -> _Loaded:
 
 
 _GATHER_BYTES = 8 * 2**20
+
+
+def _halves(table: pa.Table) -> list[pa.Table]:
+    middle = table.num_rows // 2
+    return [table.slice(0, middle), table.slice(middle)]
 
 
 def _views(loaded: _Loaded, rows: np.ndarray, group: list[tuple[int, int]]) -> Iterator[Batch]:

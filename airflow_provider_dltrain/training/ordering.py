@@ -43,8 +43,11 @@ _SAMPLE_SEED = 0x1F83D9ABFB41BD6B
 _WIDTH_SEED = 0x5BE0CD19137E2179
 
 
-def content_order(table: pa.Table, key: str | None = None) -> np.ndarray:
-    """Positions ordering ``table``'s rows by ``key`` (ties by row content), or by row content alone."""
+def content_order(table: pa.Table, key: str | None = None, sample: np.ndarray | None = None) -> np.ndarray:
+    """Positions ordering ``table``'s rows by ``key`` (ties by row content), or by row content alone.
+
+    ``sample``: the rows' :func:`sample_keys` when the caller has them already (keyless order only).
+    """
     import numpy as np
 
     if table.num_rows == 0:
@@ -56,7 +59,8 @@ def content_order(table: pa.Table, key: str | None = None) -> np.ndarray:
         rows = table.num_rows
         bits = max(1, (rows - 1).bit_length())
         low = np.uint64((1 << bits) - 1)
-        packed = (sample_keys(table) & ~low) | np.arange(rows, dtype=np.uint64)
+        keys = sample_keys(table) if sample is None else sample
+        packed = (keys & ~low) | np.arange(rows, dtype=np.uint64)
         packed.sort()
         return _order_ties(table, (packed & low).astype(np.int64), packed >> np.uint64(bits))
     import pyarrow as pa
@@ -157,11 +161,12 @@ def _window_hash(chunk: pa.Array) -> np.ndarray | None:
         # float arithmetic, which a flush-denormals mode would change.
         copy = to_tensor(dense)[:, start : start + span].contiguous()
         bits = copy.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[size])
-        negative_zero = bits == torch.iinfo(bits.dtype).min  # the sign bit alone
-        nan = torch.isnan(copy)
-        if bool(negative_zero.any()) or bool(nan.any()):
-            bits[negative_zero] = 0
-            copy[nan] = float("nan")  # one NaN pattern, whatever the sign or payload
+        sign_bit = torch.iinfo(bits.dtype).min  # -0.0's pattern: the sign bit alone
+        # two reductions find either case without a mask (max propagates NaN; -0.0 is the least
+        # integer); both are rare, so the masks are built only when one is there
+        if copy.numel() and (int(bits.min()) == sign_bit or bool(torch.isnan(copy.max()))):
+            bits[bits == sign_bit] = 0
+            copy[torch.isnan(copy)] = float("nan")  # one NaN pattern, whatever the sign or payload
         window = copy.numpy()
     else:
         window = np.ascontiguousarray(dense[:, start : start + span])
