@@ -16,6 +16,13 @@ The loser of a conflict re-reads the snapshot and runs its whole attempt again (
 content-digest "unchanged" check, commit): a retry that now finds exactly its rows commits nothing,
 one that finds another writer's rows replaces them. Each commit is found again through its txn
 token, not as "the newest commit of the partition", since another writer may have committed since.
+
+A commit that delta-rs reported done but whose token is not in the log is retried the same way, with
+a warning, never reported as a user error. It happens where the store's put-if-absent is not atomic:
+moto's server checks ``If-None-Match`` and then stores the object, so two writers can both "create"
+version N and the later one silently replaces the earlier commit. The retry re-reads the snapshot;
+if the commit was there after all (a stale read), the content-digest check finds these rows and
+commits nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_provider_dltrain.exceptions import CommitConflictError, TableNotFoundError
+from airflow_provider_dltrain.exceptions import CommitConflictError, DltrainTransientError
 from airflow_provider_dltrain.lake.digest import canonical_partition
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.storage import StorageOptions
@@ -41,6 +48,18 @@ T = TypeVar("T")
 # another writer of the same partition committed, so N concurrent writers need at most N attempts.
 COMMIT_ATTEMPTS = 8
 TXN_PREFIX = "dltrain/partition/"
+
+
+class LostCommitError(DltrainTransientError):
+    """delta-rs reported this attempt's commit done, yet its txn token is in no commit of the log.
+
+    Retried by :func:`with_retries` like a conflict; never leaves it (exhausted, it becomes a
+    :class:`CommitConflictError`).
+    """
+
+    def __init__(self, message: str, token: int) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 def txn_app_id(spec: Mapping[str, str]) -> str:
@@ -73,7 +92,7 @@ def find_commit(
             txn = action.get("txn")
             if txn and txn.get("appId") == app_id and int(txn.get("version", -1)) == token:
                 return log.ref(version)
-    raise TableNotFoundError(f"the commit of {dict(spec)} to {uri} (txn {token}) is not in its log")
+    raise LostCommitError(f"the commit of {dict(spec)} to {uri} (txn {token}) is not in its log", token)
 
 
 def with_retries(uri: str, spec: Mapping[str, str], attempt: Callable[[int], T]) -> T:
@@ -85,6 +104,19 @@ def with_retries(uri: str, spec: Mapping[str, str], attempt: Callable[[int], T])
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
     def log_conflict(state: Any) -> None:
+        err = state.outcome.exception() if state.outcome else None
+        if isinstance(err, LostCommitError):
+            logger.warning(
+                "commit of %s to %s (txn %d) is not in its log although delta-rs reported it done "
+                "(attempt %d of %d): another writer's commit may have replaced it; "
+                "re-reading the table and retrying",
+                dict(spec),
+                uri,
+                err.token,
+                state.attempt_number,
+                COMMIT_ATTEMPTS,
+            )
+            return
         logger.warning(
             "commit of %s to %s conflicted with a concurrent writer (attempt %d of %d): %s; "
             "re-reading the table and retrying",
@@ -92,11 +124,11 @@ def with_retries(uri: str, spec: Mapping[str, str], attempt: Callable[[int], T])
             uri,
             state.attempt_number,
             COMMIT_ATTEMPTS,
-            state.outcome.exception() if state.outcome else None,
+            err,
         )
 
     retrying = Retrying(
-        retry=retry_if_exception_type(CommitFailedError),
+        retry=retry_if_exception_type((CommitFailedError, LostCommitError)),
         stop=stop_after_attempt(COMMIT_ATTEMPTS),
         # random waits: racers that conflicted once must not meet again at the same instant
         wait=wait_random_exponential(multiplier=0.05, max=2.0),
@@ -115,7 +147,7 @@ def with_retries(uri: str, spec: Mapping[str, str], attempt: Callable[[int], T])
                         tried.retry_state.attempt_number,
                     )
                 return result
-    except CommitFailedError as err:
+    except (CommitFailedError, LostCommitError) as err:
         raise CommitConflictError(
             f"{COMMIT_ATTEMPTS} attempts to commit {dict(spec)} to {uri} each lost to a concurrent writer "
             f"of the same partition; nothing of this write was committed. Retry the task once the other "

@@ -136,6 +136,17 @@ def missing_dirs(uri: str, rel_dir: str) -> list[str]:
     return [p for p in reversed(paths) if not os.path.exists(p)]
 
 
+def _adds_any(
+    uri: str, version: int, files: Sequence[WrittenFile], storage_options: StorageOptions | None
+) -> bool:
+    """Whether the commit at ``version`` adds any of ``files`` (paths compared percent-decoded)."""
+    from urllib.parse import unquote
+
+    paths = {unquote(f.path) for f in files}
+    actions = DeltaLog(uri, storage_options).commit_actions(version) if paths else []
+    return any(unquote(a["add"]["path"]) in paths for a in actions if a.get("add"))
+
+
 def remove_empty_dirs(paths: Sequence[str]) -> None:
     """Remove each of ``paths`` (deepest first) that is empty; stop at the first that is not."""
     for path in paths:
@@ -412,7 +423,7 @@ def commit_files(
     custom = _with_digest(metadata, spec, content)
     adds = [AddAction(f.path, f.size, dict(spec), f.modification_time, True, f.stats) for f in files]
 
-    def attempt(_: int) -> PartitionWrite:
+    def attempt(number: int) -> PartitionWrite:
         token = txn.new_token()
         properties = txn.commit_properties(custom, spec, token)
         existing = table_arrow_schema(uri, storage_options)
@@ -427,8 +438,12 @@ def commit_files(
             raise
         same = None if added else _unchanged(uri, spec, content, storage_options, recorded)
         if same is not None:
-            delete_files(uri, files, storage_options)
-            return PartitionWrite(same, False, content)
+            # a retry after a commit that was not found (LostCommitError) may find that commit after
+            # all: its files are then the partition's content and must stay
+            mine = number > 1 and _adds_any(uri, same.version, files, storage_options)
+            if not mine:
+                delete_files(uri, files, storage_options)
+            return PartitionWrite(same, mine, content)
         _commit_overwrite(uri, adds, schema, spec, columns, added, properties, storage_options)
         return PartitionWrite(txn.find_commit(uri, spec, token, storage_options), True, content)
 
