@@ -38,7 +38,7 @@ SPARK35_TESTS ?= tests/etl tests/inference tests/training/test_training_ddp.py \
 	tests/lake/test_partition_overwrite.py tests/lake/test_idempotent_overwrite.py \
 	--deselect tests/etl/test_crash_and_race.py::test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version
 
-.PHONY: install demo test test-spark35 spark35 horovod mpi chromium bench lint clean constraints
+.PHONY: install demo test test-quick test-spark35 spark35 horovod mpi chromium bench lint clean constraints
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,11 @@ test: install horovod chromium
 	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
 	$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS) $(NO_TESTS_OK)
 	$(if $(strip $(SPARK35_TESTS)),$(MAKE) --no-print-directory test-spark35)
+
+# The inner loop: every test not marked slow or cluster (units, delta-rs, MLflow, moto, single Spark
+# stages), on the same two workers; no Horovod build, no Chromium, no Spark 3.5.
+test-quick: install
+	$(PY) -m pytest $(XDIST) -m "not slow and not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)

@@ -18,6 +18,7 @@ from airflow_provider_dltrain.operators.spark import DeltaWriteOptions, SparkToD
 DS = "{{ data_interval_start | ds }}"
 DIGITS = paths.table("digits")
 DIGITS_ASSET = Asset(name="dltrain_digits", uri=paths.asset_uri(DIGITS))
+POLL = paths.poll_intervals(ingest=15.0)
 
 with DAG(
     dag_id="dltrain_ingest",
@@ -45,6 +46,7 @@ with DAG(
         write=DeltaWriteOptions(max_bad_fraction=0.05, num_files=2),
         engine=paths.engine(),
         engine_options=paths.engine_options(),
+        poll_interval=POLL["ingest"],
         aws_conn_id=paths.aws_conn_id(),
         outlets=[DIGITS_ASSET],
     )

@@ -37,6 +37,8 @@ MODEL = "dltrain_digits"
 DIGITS = paths.table("digits")
 PREDICTIONS = paths.table("digit_predictions")
 HPARAMS = {"epochs": 12, "batch_size": 32, "lr": 0.003, "seed": 7}
+# seconds between status checks of the sensor, the cloud training job and the scoring job
+POLL = paths.poll_intervals(sensor=60.0, train=30.0, score=15.0)
 
 with DAG(
     dag_id="dltrain_retrain",
@@ -55,7 +57,7 @@ with DAG(
         partition={"ds": DS},
         pin="cutoff",
         aws_conn_id=paths.aws_conn_id(),
-        poke_interval=60,
+        poke_interval=POLL["sensor"],
         timeout=6 * 3600,
         mode="reschedule",
     )
@@ -68,6 +70,7 @@ with DAG(
         data_cutoff=DS,
         backend=paths.train_backend(),
         backend_options=paths.train_backend_options(),
+        poll_interval=POLL["train"],
         experiment_name=MODEL,
         skip_if_unchanged=MODEL,
         aws_conn_id=paths.aws_conn_id(),
@@ -95,6 +98,7 @@ with DAG(
         outlets=[Asset(name="dltrain_digit_predictions", uri=paths.asset_uri(PREDICTIONS))],
         engine=paths.engine(),
         engine_options=paths.engine_options(),
+        poll_interval=POLL["score"],
         aws_conn_id=paths.aws_conn_id(),
     )
     lineage = DeltaLineageOperator(

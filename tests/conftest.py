@@ -35,6 +35,8 @@ os.environ.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
 # and the serial GC start each one ~20 % faster; long jobs would want the defaults, tests never do.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+# the example DAGs check their jobs every second (15-60 s by default): the fake AWS runs each job in seconds
+os.environ.setdefault("DLTRAIN_POLL_INTERVAL", "1")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # OpenLineage is installed: keep it off unless a test turns it on (tests/lineage) for its own runs
 os.environ.setdefault("AIRFLOW__OPENLINEAGE__DISABLED", "true")
@@ -121,7 +123,8 @@ def moto_server():
     """A real moto server on loopback; yields its endpoint URL. Stopped at the end, also on failure."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "tests.support.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -8,7 +8,9 @@ Everything is under ``$DLTRAIN_HOME`` (default ``./.dltrain``) unless a deployme
 - ``DLTRAIN_AWS_CONN_ID``: the Airflow ``aws`` connection for ``s3://`` tables and cloud jobs;
 - ``DLTRAIN_TRAIN_BACKEND`` / ``DLTRAIN_TRAIN_BACKEND_OPTIONS`` (JSON): where training runs, e.g.
   ``sagemaker`` and ``{"staging_uri": "s3://my-lake/staging", "role": "arn:aws:iam::…:role/…"}``
-  (default: ``torch_distributor`` with 2 processes on the Airflow worker).
+  (default: ``torch_distributor`` with 2 processes on the Airflow worker);
+- ``DLTRAIN_POLL_INTERVAL``: seconds between status checks of the cloud jobs (ETL, training,
+  scoring) and of the partition sensor (default: each operator's own, 15 to 60 s).
 
 The DAG files read them when they are parsed: the same unmodified DAGs run on a laptop and on AWS.
 """
@@ -71,6 +73,24 @@ def train_backend_options() -> dict[str, object]:
     if not options and train_backend() == "torch_distributor":
         return {"num_processes": 2}
     return options
+
+
+def poll_intervals(**defaults: float) -> dict[str, float]:
+    """Each task's poll interval: ``$DLTRAIN_POLL_INTERVAL`` for all of them when set, else ``defaults``.
+
+    A short interval suits an emulator or a demo, where a job ends in seconds; on AWS a job takes minutes
+    and each check is an API call, so the operators' defaults apply.
+    """
+    raw = os.environ.get("DLTRAIN_POLL_INTERVAL", "").strip()
+    if not raw:
+        return dict(defaults)
+    try:
+        seconds = float(raw)
+    except ValueError as err:
+        raise ValueError(f"DLTRAIN_POLL_INTERVAL must be a number of seconds, got {raw!r}") from err
+    if not seconds > 0:
+        raise ValueError(f"DLTRAIN_POLL_INTERVAL must be more than 0 seconds, got {raw!r}")
+    return {task: seconds for task in defaults}
 
 
 def aws_conn_id() -> str | None:

@@ -89,58 +89,122 @@ def run_dags(
     [ds, ds+1), as a backfill of ds does. Stops at the first failed run. Per-run logs go to
     ``$DLTRAIN_HOME/logs/<dag_id>/<ds>.log``.
     """
-    from airflow_provider_dltrain.demo.runner import END, START
+    with DagRunner(env) as runner:
+        return runner.run(runs, on_result)
 
-    log_root = Path(paths.home()) / "logs"
-    cmd = [sys.executable, "-m", "airflow_provider_dltrain.demo.runner", json.dumps([list(r) for r in runs])]
-    wall_start = time.time()
-    outcomes: list[DagRunOutcome] = []
-    current: list[str] = []
-    spark_start = 0.0
-    first_task_at: float | None = None
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
+
+class DagRunner:
+    """One runner process for several batches of runs (``with DagRunner(env) as r: r.run(...)``).
+
+    Airflow and Spark start with the first batch; later batches pay neither. The environment is the
+    one the process started with: a caller that changes it (another engine) needs another runner.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> DagRunner:
+        from airflow_provider_dltrain.demo.runner import SERVE
+
+        cmd = [sys.executable, "-m", "airflow_provider_dltrain.demo.runner", SERVE]
+        self.proc = subprocess.Popen(
+            cmd,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+    def run(
+        self, runs: list[Run], on_result: Callable[[DagRunOutcome], None] | None = None
+    ) -> list[DagRunOutcome]:
+        """Run ``runs`` in order in this runner's process; stops at the first failed run."""
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            raise RuntimeError("DagRunner.run outside its `with` block")
+        wall_start = time.time()
+        proc.stdin.write(json.dumps([list(r) for r in runs]) + "\n")
+        proc.stdin.flush()
+        reader = _BatchReader(Path(paths.home()) / "logs", on_result)
+        for line in proc.stdout:
+            if not reader.feed(line):
+                break
+        else:  # the process ended before the batch did
+            code = proc.wait()
+            if not reader.outcomes or reader.outcomes[-1].ok:
+                raise RuntimeError(f"the DAG runner exited with {code}: {''.join(reader.current[-30:])}")
+        if reader.outcomes:
+            airflow_start = max(0.0, (reader.first_task_at or wall_start) - wall_start)
+            reader.outcomes[0].extra["startup_seconds"] = airflow_start + reader.spark_start
+        return reader.outcomes
+
+
+class _BatchReader:
+    """Splits the runner's output into one log and one :class:`DagRunOutcome` per run."""
+
+    def __init__(self, log_root: Path, on_result: Callable[[DagRunOutcome], None] | None) -> None:
+        self.log_root = log_root
+        self.on_result = on_result
+        self.outcomes: list[DagRunOutcome] = []
+        self.current: list[str] = []
+        self.spark_start = 0.0
+        self.first_task_at: float | None = None
+
+    def feed(self, line: str) -> bool:
+        """Take one line of output; False once the batch has ended."""
+        from airflow_provider_dltrain.demo.runner import BATCH_END, END, START
+
+        if line.startswith(BATCH_END):
+            return False
         if line.startswith(START):
-            current = []
-            continue
-        if line.startswith(END):
-            result = json.loads(line[len(END) :])
-            log_dir = log_root / result["dag_id"]
-            log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = log_dir / f"{result['ds']}.log"
-            log_path.write_text("".join(current))
-            ok = bool(result["ok"])
-            tail = "".join(current[-40:]) + (f"\n{result['error']}" if result.get("error") else "")
-            outcome = DagRunOutcome(
-                result["dag_id"],
-                result["ds"],
-                ok,
-                float(result["seconds"]),
-                str(log_path),
-                tail,
-                state=dict(result.get("outcome") or {}),
-            )
-            outcomes.append(outcome)
-            if on_result:
-                on_result(outcome)
-            continue
-        current.append(line)
-        match = _SPARK.search(line)
-        if match:
-            spark_start += float(match.group(1))
-        if first_task_at is None and "[DAG TEST] starting task" in line:
-            stamp = _STAMP.match(line)
-            first_task_at = _epoch(stamp.group(1)) if stamp else time.time()
-    proc.wait()
-    if outcomes:
-        airflow_start = max(0.0, (first_task_at or wall_start) - wall_start)
-        outcomes[0].extra["startup_seconds"] = airflow_start + spark_start
-    if proc.returncode and (not outcomes or outcomes[-1].ok):
-        raise RuntimeError(f"the DAG runner exited with {proc.returncode}: {''.join(current[-30:])}")
-    return outcomes
+            self.current = []
+        elif line.startswith(END):
+            self._finish(json.loads(line[len(END) :]))
+        else:
+            self.current.append(line)
+            match = _SPARK.search(line)
+            if match:
+                self.spark_start += float(match.group(1))
+            if self.first_task_at is None and "[DAG TEST] starting task" in line:
+                stamp = _STAMP.match(line)
+                self.first_task_at = _epoch(stamp.group(1)) if stamp else time.time()
+        return True
+
+    def _finish(self, result: dict[str, Any]) -> None:
+        log_dir = self.log_root / result["dag_id"]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{result['ds']}.log"
+        log_path.write_text("".join(self.current))
+        tail = "".join(self.current[-40:]) + (f"\n{result['error']}" if result.get("error") else "")
+        outcome = DagRunOutcome(
+            result["dag_id"],
+            result["ds"],
+            bool(result["ok"]),
+            float(result["seconds"]),
+            str(log_path),
+            tail,
+            state=dict(result.get("outcome") or {}),
+        )
+        self.outcomes.append(outcome)
+        if self.on_result:
+            self.on_result(outcome)
 
 
 def run_dag_for_date(

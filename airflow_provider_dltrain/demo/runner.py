@@ -8,6 +8,10 @@ data interval [ds, ds+1) a backfill of ``ds`` gets. Running them in one process 
 Spark's start-up once instead of once per run. Markers on stdout delimit the runs:
 ``DLTRAIN-RUN-START {json}`` and ``DLTRAIN-RUN-END {json}`` (with ``ok``, ``seconds`` and ``outcome``: the
 run's id, task states and return values, read here so that no caller has to start Airflow again for them).
+
+``python -m airflow_provider_dltrain.demo.runner --serve`` reads one such list a line from stdin and prints
+``DLTRAIN-BATCH-END`` after each, until stdin closes: a caller with several batches (a test module
+that checks the tables between them) starts Airflow and Spark once for all of them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from datetime import date, timedelta
 from typing import Any
 
 START, END = "DLTRAIN-RUN-START", "DLTRAIN-RUN-END"
+SERVE, BATCH_END = "--serve", "DLTRAIN-BATCH-END"
 
 
 def _args(dag_id: str, logical: Any, conf: dict[str, Any] | None) -> argparse.Namespace:
@@ -102,18 +107,27 @@ def _outcome(dag_id: str, ds: str) -> dict[str, Any]:
         return {}
 
 
-def main(argv: list[str]) -> int:
-    runs = json.loads(argv[0])
-    failed = 0
+def run_batch(runs: list[list[Any]]) -> bool:
+    """Run ``runs`` in order, stopping at the first failed one (later dates depend on earlier ones)."""
     for dag_id, ds, conf in runs:
         print(f"{START} {json.dumps({'dag_id': dag_id, 'ds': ds, 't': time.time()})}", flush=True)
         result = run_one(dag_id, ds, conf)
-        failed += 0 if result["ok"] else 1
         sys.stderr.flush()
         print(f"{END} {json.dumps(result, default=str)}", flush=True)
         if not result["ok"]:
-            break  # later dates depend on earlier ones
-    return 1 if failed else 0
+            return False
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] != [SERVE]:
+        return 0 if run_batch(json.loads(argv[0])) else 1
+    # one batch a line on stdin until it closes: each batch after the first finds Airflow and Spark started
+    for line in sys.stdin:
+        if line.strip():
+            run_batch(json.loads(line))
+            print(BATCH_END, flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def demo_home(tmp_path, monkeypatch):
     return env
 
 
+@pytest.mark.slow
 def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_changes_nothing(demo_home):
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.demo.run import run_dags

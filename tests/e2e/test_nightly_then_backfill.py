@@ -62,12 +62,14 @@ class Demo:
         self.predictions = paths.table("digit_predictions")
         self.digits = paths.table("digits")
         self.latest = {}  # (dag_id, ds) -> task states and return values of its newest run
+        from airflow_provider_dltrain.demo.run import DagRunner
+
+        # one runner process for the module: Airflow and Spark start once, not once per test
+        self.runner = DagRunner(self.env).__enter__()
 
     def run(self, runs):
-        """Run ``runs`` in one runner process (Airflow and Spark start once); every run must succeed."""
-        from airflow_provider_dltrain.demo.run import run_dags
-
-        outcomes = run_dags(runs, self.env)
+        """Run ``runs`` in the module's runner process; every run must succeed."""
+        outcomes = self.runner.run(runs)
         bad = [o for o in outcomes if not o.ok]
         assert len(outcomes) == len(runs) and not bad, bad[0].tail if bad else outcomes
         for o in outcomes:
@@ -137,6 +139,7 @@ def demo(tmp_path_factory):
         "score_versions": {ds: d.outcome("dltrain_retrain", ds)["xcom"]["score"]["version"] for ds in DATES},
     }
     yield d
+    d.runner.__exit__(None, None, None)
     if old is None:
         os.environ.pop("DLTRAIN_HOME", None)
     else:
@@ -287,8 +290,6 @@ def test_champion_command_prints_the_history_and_the_champion_for_a_date(demo):
 
 
 def test_a_date_before_the_dags_start_date_fails_naming_the_dag_and_its_start_date(demo):
-    from airflow_provider_dltrain.demo.run import run_dags
-
-    (outcome,) = run_dags([("dltrain_ingest", "2026-03-01", None)], demo.env)
+    (outcome,) = demo.runner.run([("dltrain_ingest", "2026-03-01", None)])
     assert not outcome.ok
     assert "dltrain_ingest" in outcome.tail and "2026-11-01" in outcome.tail and "start_date" in outcome.tail

@@ -224,10 +224,11 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
         dialog.get_by_role("radio", name="Backfill").check(force=True)
         heading = page.get_by_role("heading", name=f"Run Backfill - {DAG}")
         dialog = dialog.filter(has=heading)
-        for index in (0, 1):
+        for index, field in enumerate(("From", "To")):
             dialog.get_by_test_id("datetime-input").nth(index).click()
-            page.get_by_placeholder("YYYY/MM/DD").fill(DAY.replace("-", "/"))
-            page.get_by_placeholder("HH:mm").fill("00:00")
+            # the picker of "From" may still be in the page when "To" opens: name the field's own box
+            page.get_by_role("textbox", name=field, exact=True).fill(DAY.replace("-", "/"))
+            page.get_by_placeholder("HH:mm").last.fill("00:00")
             heading.click()
         dialog.get_by_role("radio", name="All Runs").check(force=True)
         expect(dialog.get_by_text(re.compile(r"1 runs? will be triggered"))).to_be_visible()

@@ -15,6 +15,8 @@ from engine_helpers import aws_client
 from airflow_provider_dltrain.lake.storage import s3_storage_options
 
 CONN = "aws_fake"
+# every test starts cloud jobs (a Spark process each) on the fake AWS: not for make test-quick
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

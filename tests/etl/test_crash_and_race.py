@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from airflow_provider_dltrain import lake
 
 JOB = str(Path(__file__).with_name("writer_job.py"))
@@ -34,6 +36,7 @@ def _every_version_is_whole(uri):
         assert ids == list(range(N)), f"version {version} shows {len(ids)} rows, not {N}"
 
 
+@pytest.mark.slow
 def test_kill_9_in_the_middle_of_a_write_never_exposes_a_partial_version(tmp_path):
     uri = str(tmp_path / "t")
     rng = random.Random(7)

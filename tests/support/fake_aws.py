@@ -28,7 +28,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from moto.server import ThreadedMotoServer
 
-from tests.support import fake_ec2, fake_emr, fake_emr_serverless, fake_glue, fake_sagemaker
+from tests.support import fake_ec2, fake_emr, fake_emr_serverless, fake_glue, fake_sagemaker, moto_server
 from tests.support.local_executor import LocalCloudExecutor
 
 log = logging.getLogger("fake_aws")
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
 
+    moto_server.install()  # conditional puts (every Delta commit) atomic, as on S3
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
