@@ -1,5 +1,5 @@
 """Delta tables for the Airflow layer: storage options from an ``aws`` connection, and the one
-predicate the version sensor and its trigger both call.
+predicate the version sensor and its triggers all call (maintenance commits never count).
 
 Heavy modules (deltalake, pyarrow, boto3) load inside methods, so importing this module while a
 DAG file is parsed costs nothing.
@@ -86,16 +86,24 @@ class VersionConditions:
 
 @dataclass(frozen=True)
 class VersionCheck:
-    """One look at the table: its newest version and the conditions that version does not meet."""
+    """One look at the table: its newest version and the conditions its newest data change does not meet.
+
+    ``latest`` is the newest commit of any kind; ``ref`` (set only when every condition is met) is
+    the newest commit that changed data, which maintenance commits after it (VACUUM, OPTIMIZE, ...)
+    never replace.
+    """
 
     conditions: VersionConditions
     latest: int | None
     unmet: tuple[str, ...] = ()
-    ref: DeltaRef | None = None  # set only when every condition is met
+    ref: DeltaRef | None = None
 
     def summary(self) -> str:
         if self.ref is not None:
-            return f"version {self.ref.version} meets {self.conditions.describe()}"
+            after = (
+                "" if self.ref.version == self.latest else f" (newest version {self.latest} is maintenance)"
+            )
+            return f"version {self.ref.version} meets {self.conditions.describe()}{after}"
         newest = "no table yet" if self.latest is None else f"newest version {self.latest}"
         return f"{newest}; unmet: {'; '.join(self.unmet)}"
 
@@ -181,11 +189,15 @@ class DeltaTableHook(BaseHook):
         partition: Mapping[str, object] | None = None,
         newer_than: NewerThan | None = None,
     ) -> VersionCheck:
-        """Look once at the newest version of the table and say which conditions it does not meet.
+        """Look once at the newest data change of the table and say which conditions it does not meet.
 
-        Reads ``_last_checkpoint``, a few commit-file existence probes and, for a partition
-        condition, the commits since the checkpoint plus the checkpoint's partition columns:
-        the cost does not grow with the length of the table's history.
+        Only commits that changed data count (:func:`~airflow_provider_dltrain.lake.log.changes_data`):
+        a VACUUM, OPTIMIZE or table-property commit is never a new version to the sensor or the
+        triggers, and the version handed on is the newest data change, which reads the same rows.
+        Reads ``_last_checkpoint``, a few commit-file existence probes, the commits made since the
+        last data change (or since the ``min_version``/``newer_than`` floor) and, for a partition
+        condition, the commits since the checkpoint plus the checkpoint's partition columns: the
+        cost does not grow with the length of the table's history.
         """
         from airflow_provider_dltrain.lake.log import DeltaLog
 
@@ -195,12 +207,18 @@ class DeltaTableHook(BaseHook):
         latest = log.latest_version()
         if latest is None:
             return VersionCheck(conditions, None, ("the table does not exist yet",))
-        unmet = _version_unmet(conditions, latest)
+        data = log.newest_data_version(latest, floor=conditions.floor)
+        if data is None:  # every commit at or above the floor only maintained the table
+            unmet = _version_unmet(conditions, conditions.floor - 1) or ("no commit has changed data yet",)
+            return VersionCheck(conditions, latest, unmet)
+        unmet = _version_unmet(conditions, data)
+        # asked of ``latest``, not ``data``: maintenance keeps which partitions have files, and the
+        # fast path reads from the newest checkpoint, which may lie above ``data``
         if not unmet and conditions.partition and not _partition_present(log, latest, conditions.partition):
             unmet = (f"partition {conditions.partition} has no file in version {latest}",)
         if unmet:
             return VersionCheck(conditions, latest, unmet)
-        return VersionCheck(conditions, latest, (), log.ref(latest))
+        return VersionCheck(conditions, latest, (), log.ref(data))
 
     def find_version(
         self,
@@ -209,7 +227,7 @@ class DeltaTableHook(BaseHook):
         partition: Mapping[str, object] | None = None,
         newer_than: NewerThan | None = None,
     ) -> DeltaRef | None:
-        """The newest version when it meets every condition, else ``None``.
+        """The newest version that changed data when it meets every condition, else ``None``.
 
         ``min_version`` and ``newer_than`` hold for the newest version whenever they hold for any;
         ``partition`` must have a live file in the newest version (a partition deleted since does
@@ -218,10 +236,13 @@ class DeltaTableHook(BaseHook):
         return self.check_version(table_uri, min_version, partition, newer_than).ref
 
     def version_after(self, table_uri: str, after: int) -> tuple[VersionCheck, DeltaRef | None]:
-        """The oldest committed version above ``after`` (``None`` if there is none), with the look at the newest.
+        """The oldest version above ``after`` that changed data (``None`` if there is none), with the look
+        at the newest.
 
         The same predicate as :meth:`check_version` (``min_version=after + 1``): the sensor asks it of
-        the newest version, the asset watcher walks the versions one by one with it.
+        the newest data change, the asset watcher walks the data changes one by one with it, skipping
+        maintenance commits. ``check.ref is None`` with ``check.latest > after`` means every commit
+        above ``after`` was maintenance.
         """
         from airflow_provider_dltrain.lake.log import DeltaLog
 
@@ -231,7 +252,7 @@ class DeltaTableHook(BaseHook):
         if check.ref.version == after + 1:
             return check, check.ref
         log = DeltaLog(check.conditions.table_uri, self.get_storage_options(check.conditions.table_uri))
-        return check, log.ref(after + 1)
+        return check, log.ref(log.oldest_data_version(after, check.ref.version))
 
 
 def _coerce_ref(value: NewerThan) -> DeltaRef:

@@ -47,6 +47,10 @@ def _sort_key(key: Key) -> tuple[tuple[str, str], ...]:
 
 
 def _commit(version: int, actions: list[dict[str, Any]]) -> Commit:
+    # Files added or removed with dataChange=false (OPTIMIZE) count as touching their partitions: the
+    # pins below then move to the compaction, which reads the same rows and, unlike the version
+    # before it, stays readable after a VACUUM deletes the compacted files. VACUUM and table-property
+    # commits touch no file, so no pin ever moves for them.
     info: dict[str, Any] = {}
     touched: dict[Key, PartitionValues] = {}
     for action in actions:

@@ -1,4 +1,5 @@
-"""Cheap reads of a Delta transaction log: newest version, commit info, partitions present.
+"""Cheap reads of a Delta transaction log: newest version, commit info, partitions present, and
+whether a commit changed data or only maintained the table.
 
 Opening a ``DeltaTable`` loads the whole active-file list, whose cost grows with the table. A
 sensor pokes often, so these functions read only what they need: ``_last_checkpoint``, a
@@ -16,7 +17,7 @@ that changes a table goes through delta-rs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
@@ -24,6 +25,49 @@ from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
 
 LOG_DIR = "_delta_log"
+
+# Operations that never change the rows a reader of the table sees. Compared with
+# ``commitInfo.operation`` only for commits that add or remove no file with ``dataChange: true``
+# (see :func:`changes_data`); any other operation, a new one included, counts as changing data.
+MAINTENANCE_OPERATIONS = frozenset(
+    {
+        "VACUUM START",
+        "VACUUM END",
+        "OPTIMIZE",
+        "REORG",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "ADD FEATURE",
+        "DROP FEATURE",
+        "UPGRADE PROTOCOL",
+        "UPDATE TABLE METADATA",
+        "UPDATE FIELD METADATA",
+        "COMPUTE STATS",
+    }
+)
+
+
+def changes_data(actions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a commit (its actions) changed the table's rows, or only maintained the table.
+
+    The file actions' ``dataChange`` flags decide first: the protocol sets it to ``false`` exactly
+    when files are only rearranged (OPTIMIZE, Z-order, purging deletion vectors), so any ``add`` or
+    ``remove`` with ``dataChange: true`` (or without the flag) is a data change, whatever the
+    operation is called. A commit without such files is maintenance when its ``commitInfo.operation``
+    is one of :data:`MAINTENANCE_OPERATIONS` (VACUUM START/END add no file at all), or when it only
+    rearranges files and changes no metadata; anything else (an unknown operation, a schema change,
+    CREATE TABLE, an empty WRITE) counts as a data change, so that a new kind of commit is never
+    silently ignored.
+    """
+    files = [body for action in actions for body in (action.get("add"), action.get("remove")) if body]
+    if any(body.get("dataChange", True) is not False for body in files):
+        return True
+    info = next((action["commitInfo"] for action in actions if "commitInfo" in action), None) or {}
+    if str(info.get("operation") or "").strip().upper() in MAINTENANCE_OPERATIONS:
+        return False
+    return not files or any("metaData" in action for action in actions)
 
 
 class DeltaLog:
@@ -96,6 +140,44 @@ class DeltaLog:
                 "(never written, or its log was cleaned up)"
             )
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def changes_data(self, version: int) -> bool:
+        """Whether commit ``version`` changed the table's rows (see :func:`changes_data`)."""
+        return changes_data(self.commit_actions(version))
+
+    # Deciding from the commit file's actions costs one small read per commit looked at, the same
+    # file the commit info comes from: cheaper than asking delta-rs (``history()`` reads every
+    # commit) and more robust than the operation's name alone, which other writers choose freely.
+    def newest_data_version(self, latest: int, floor: int = 0) -> int | None:
+        """The newest version ``>= floor`` (at or below ``latest``) whose commit changed data.
+
+        ``None`` when every commit from ``floor`` to ``latest`` only maintained the table. Reads the
+        commits from ``latest`` down, so the cost is the number of maintenance commits made since the
+        last data change (or since ``floor``). When a commit file below them was removed by log
+        retention, the oldest retained one stands in: maintenance commits keep the rows, so it reads
+        the same rows as the data change that is gone.
+        """
+        for version in range(latest, max(floor, 0) - 1, -1):
+            try:
+                if self.changes_data(version):
+                    return version
+            except TableNotFoundError:  # cleaned-up log: the maintenance commit above it stands in
+                return version + 1 if version < latest else None
+        return None
+
+    def oldest_data_version(self, after: int, upto: int) -> int:
+        """The oldest version in ``(after, upto]`` whose commit changed data; ``upto`` when none did.
+
+        For the watcher of new versions, which fires for data changes one by one: the caller knows
+        ``upto`` changed data. Commit files removed by log retention are skipped.
+        """
+        for version in range(after + 1, upto):
+            try:
+                if self.changes_data(version):
+                    return version
+            except TableNotFoundError:
+                continue
+        return upto
 
     def commit_info(self, version: int) -> dict[str, Any]:
         for action in self.commit_actions(version):

@@ -24,9 +24,12 @@ _PARTITION_PINS = ("partition_commit", "cutoff")  # pins computed from the parti
 
 
 class DeltaTableVersionSensor(BaseSensorOperator):
-    """Succeed once the table's newest version meets every condition; return that ``DeltaRef`` dict.
+    """Succeed once the table's newest data change meets every condition; return that ``DeltaRef`` dict.
 
-    With no condition it waits for the table to exist. Pokes read a few small files of the
+    Only commits that changed data count: a commit that only maintains the table (``dltrain vacuum``'s
+    VACUUM START/END, OPTIMIZE, table properties) is never a new version, and the version handed on
+    is the newest one that changed data (a later maintenance commit reads the same rows). With no
+    condition it waits for the table to exist. Pokes read a few small files of the
     ``_delta_log`` (their cost does not grow with the history); ``deferrable=True`` hands the wait
     to the triggerer. On timeout it raises ``AirflowSensorTimeout`` naming the table and the unmet
     conditions; an invalid condition fails the task at once, without retries.
@@ -43,7 +46,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     :param pin: which version to hand on once the conditions hold (both pins other than
         ``"newest"`` need ``partition`` and refuse ``min_version``/``newer_than``):
 
-        - ``"newest"`` (default): the newest version.
+        - ``"newest"`` (default): the newest version that changed data.
         - ``"partition_commit"``: the version that last wrote ``partition`` D. Reading it gives D
           exactly as it is now, the same bytes however many later partitions were appended since:
           what a task that reads *only* D needs for a backfill of D to reproduce the nightly run.
@@ -53,6 +56,10 @@ class DeltaTableVersionSensor(BaseSensorOperator):
           partition does: what a retraining DAG reading ``ds <= D`` needs, so that it sees restated
           history and yet a re-run of D reads the same bytes as long as nothing up to D changed.
           Since identical re-writes commit nothing, re-running an ETL date does not move it either.
+
+        Neither partition pin moves for a VACUUM or a table-property commit (they touch no file). An
+        OPTIMIZE that rewrote files of those partitions moves them, on purpose: it reads the same
+        rows, and once a VACUUM has deleted the files it replaced, the earlier version is unreadable.
     """
 
     template_fields: Sequence[str] = ("table_uri", "partition", "newer_than")

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 
 class DeltaTableVersionTrigger(BaseTrigger):
-    """Fire once the newest version of a Delta table meets every condition.
+    """Fire once the newest version of a Delta table that changed data meets every condition.
+
+    Maintenance commits (VACUUM, OPTIMIZE, table properties) are not new versions: the predicate is
+    :meth:`DeltaTableHook.check_version`, the one the sensor's poke calls.
 
     Yields ``{"status": "success", "ref": <DeltaRef dict>}``, or ``{"status": "error", "message":
     ..., "retryable": bool}`` when the conditions are invalid (not retryable) or the table cannot be
@@ -99,10 +102,15 @@ _STATE_KEY_PREFIX = "dltrain.delta.last_fired_version"
 
 
 class DeltaTableNewVersionTrigger(BaseEventTrigger):
-    """Fire one asset event per newly committed version of a Delta table, for ``AssetWatcher``.
+    """Fire one asset event per newly committed data change of a Delta table, for ``AssetWatcher``.
+
+    Commits that only maintain the table (``dltrain vacuum``'s VACUUM START/END, OPTIMIZE, table
+    properties; see :func:`~airflow_provider_dltrain.lake.log.changes_data`) fire nothing: they
+    leave the rows as they were, so a DAG run for them would redo the previous run's work.
 
     Each event's payload is ``{"table_uri", "version", "timestamp", "ref": <DeltaRef dict>,
-    "latest"}``; the asset event's ``extra`` holds it under ``"payload"``. Versions are fired in
+    "latest"}`` (``latest``: the newest commit of any kind); the asset event's ``extra`` holds it
+    under ``"payload"``. Versions are fired in
     order, one per look at the table, so a backlog drains one version per ``poll_interval`` and
     each version normally gets its own DAG run.
 
@@ -114,7 +122,8 @@ class DeltaTableNewVersionTrigger(BaseEventTrigger):
     a restart starts again from ``from_version``.
 
     :param table_uri: local path or ``s3://`` URI of the table.
-    :param from_version: the first version to fire for; ``None`` fires only for versions committed
+    :param from_version: the first version to fire for (a maintenance commit there is skipped);
+        ``None`` fires only for versions committed
         after the watcher's first look (from version 0 when the table does not exist yet).
     :param aws_conn_id: Amazon provider connection for ``s3://`` tables.
     :param poll_interval: seconds between two looks at the table.
@@ -177,9 +186,13 @@ class DeltaTableNewVersionTrigger(BaseEventTrigger):
                 await asyncio.sleep(self.poll_interval)
                 continue
             if ref is None:
+                if check.latest is not None and check.latest > last:
+                    # only maintenance commits since ``last``: step over them so later looks skip them
+                    last = check.latest
+                    await self._save(last)
                 await asyncio.sleep(self.poll_interval)
                 continue
-            self.log.info("%s: new version %d (newest %s)", self.table_uri, ref.version, check.latest)
+            self.log.info("%s: new data version %d (newest %s)", self.table_uri, ref.version, check.latest)
             yield TriggerEvent({**_payload(ref), "latest": check.latest})
             await asyncio.sleep(PERSIST_GRACE)
             last = ref.version
