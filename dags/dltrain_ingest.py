@@ -43,7 +43,7 @@ with DAG(
             },
             "labels": {"path": f"{paths.landing()}/{DS}/labels.csv", "format": "csv"},
         },
-        write=DeltaWriteOptions(max_bad_fraction=0.05, num_files=2),
+        write=DeltaWriteOptions(max_bad_fraction=0.05, num_files=2, partition_formats={"ds": "date"}),
         engine=paths.engine(),
         engine_options=paths.engine_options(),
         poll_interval=POLL["ingest"],

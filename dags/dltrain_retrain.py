@@ -93,7 +93,11 @@ with DAG(
         input_filter=[["ds", "=", DS]],
         table_uri=PREDICTIONS,
         partition={"ds": DS},
-        scoring={"feature_columns": ["features"], "key_columns": ["source_file", "label"]},
+        scoring={
+            "feature_columns": ["features"],
+            "key_columns": ["source_file", "label"],
+            "partition_formats": {"ds": "date"},
+        },
         trigger_rule="none_failed",
         outlets=[Asset(name="dltrain_digit_predictions", uri=paths.asset_uri(PREDICTIONS))],
         engine=paths.engine(),

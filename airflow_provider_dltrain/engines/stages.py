@@ -36,6 +36,11 @@ class DeltaWriteOptions:
     :param quarantine_uri: table for bad rows (default: ``<table_uri>_quarantine``).
     :param num_files: coalesce the output to this many files per write (default: Spark's partitioning).
     :param allow_empty: commit a write with no rows (empties the partition); refused by default.
+    :param partition_formats: the format each partition column's value must have, ``"date"``
+        (``YYYY-MM-DD``, a real calendar date) or a regular expression matching the whole value,
+        e.g. ``{"ds": "date"}``. A value that does not match is refused before any work starts.
+        Whatever the format, a value with whitespace, control characters or characters unsafe in a
+        directory name (``/``, backslash, ``=``, ``:``, ``*``, ``?``, quotes, ...) is refused.
     """
 
     partition_by: tuple[str, ...] | None = None
@@ -44,6 +49,7 @@ class DeltaWriteOptions:
     quarantine_uri: str | None = None
     num_files: int | None = None
     allow_empty: bool = False
+    partition_formats: Mapping[str, str] | None = None
 
 
 WRITE_OPTIONS = tuple(f.name for f in dataclasses.fields(DeltaWriteOptions))
@@ -53,11 +59,24 @@ def _no_storage(uri: str) -> StorageOptions | None:
     return None
 
 
-def check_write_options(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``write`` dict with an unknown key refused, naming it and the known ones."""
+def check_write_options(
+    values: Mapping[str, Any], partition: Mapping[str, object] | None = None
+) -> dict[str, Any]:
+    """The ``write`` dict with an unknown key or an unusable partition format refused, naming it.
+
+    With ``partition``, also check its values against the declared formats (before any work starts).
+    """
+    from airflow_provider_dltrain.lake import partition as part
+
+    if not isinstance(values, Mapping):
+        raise InvalidSpecError(f"write must be a DeltaWriteOptions or its dict, got {type(values).__name__}")
     unknown = sorted(set(values) - set(WRITE_OPTIONS))
     if unknown:
         raise InvalidSpecError(f"write: unknown option(s) {unknown}; known options: {sorted(WRITE_OPTIONS)}")
+    formats = values.get("partition_formats")
+    part.check_partition_formats(formats, field="write.partition_formats")
+    if partition is not None:
+        part.validate_partition(partition, formats=formats)
     return dict(values)
 
 
@@ -98,7 +117,7 @@ def _run_etl(
     from airflow_provider_dltrain.etl.inputs import check_inputs, input_uri
 
     p = spec.params
-    options = check_write_options(p.get("write") or {})
+    options = check_write_options(p.get("write") or {}, spec.partition)  # before any input is read
     inputs: dict[str, Any] = dict(p.get("inputs") or {})
     check_inputs(inputs)
     per_input = {name: storage(uri) for name, s in inputs.items() if (uri := input_uri(s))}

@@ -213,8 +213,10 @@ def score_table(
     """
     from airflow_provider_dltrain.etl.inputs import check_filters
     from airflow_provider_dltrain.etl.writer import write_dataframe
+    from airflow_provider_dltrain.lake.partition import validate_partition
 
     spec = ScoringSpec.coerce(scoring)
+    partition = validate_partition(partition, formats=spec.partition_formats)  # before anything is read
     ref = DeltaRef.coerce(input_ref)  # type: ignore[arg-type]
     check_filters(input_filter, "input_filter")  # before the model or any file is touched
     require_loadable(model, tracking, allow_pickle=allow_pickle)

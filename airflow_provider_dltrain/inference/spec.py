@@ -41,6 +41,9 @@ class ScoringSpec:
     :param udf: ``"arrow"`` (``mapInArrow``: list columns become the input matrix without a Python
         object per row; key columns travel through Python) or ``"pandas"`` (a pandas UDF over the
         feature columns only; arrays become one NumPy object per row).
+    :param partition_formats: the format each output partition column's value must have, ``"date"``
+        or a regular expression matching the whole value, e.g. ``{"ds": "date"}``; a value that does
+        not match is refused before the model is resolved or any row is read.
     """
 
     feature_columns: tuple[str, ...]
@@ -49,8 +52,13 @@ class ScoringSpec:
     batch_size: int = 10_000
     torch_threads: int | None = None
     udf: str = "arrow"
+    partition_formats: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
+        from airflow_provider_dltrain.lake.partition import check_partition_formats
+
+        formats = check_partition_formats(self.partition_formats, field="scoring.partition_formats")
+        object.__setattr__(self, "partition_formats", formats or None)
         features = _names(self.feature_columns, "feature_columns", allow_empty=False)
         keys = _names(self.key_columns, "key_columns", allow_empty=True)
         object.__setattr__(self, "feature_columns", features)

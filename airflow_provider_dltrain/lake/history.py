@@ -167,7 +167,7 @@ def cutoff_commit(
     partitions appended later never move it, a restatement of an earlier partition does. This is
     the version a training run on ``ds <= D`` pins, so that it sees restated history.
     """
-    bound = part.validate_partition(upper, field="upper")
+    bound = part.validate_partition(upper, field="upper", bounds=True)
     log = DeltaLog(uri, storage_options)
     return _first_touching(log, _newest(log, at_version), f"any partition <= {bound}", _at_or_before(bound))
 
@@ -208,7 +208,7 @@ def partition_commits(
     newest = _newest(log, at_version)
     live = _live_partitions(log.uri, newest, storage_options)
     if upper is not None:
-        keep = _at_or_before(part.validate_partition(upper, field="upper"))
+        keep = _at_or_before(part.validate_partition(upper, field="upper", bounds=True))
         live = [values for values in live if keep(values)]
     wanted = {key_of(values): values for values in live}
     writes = newest_writes(log, newest, wanted, f"a partition live at version {newest}")

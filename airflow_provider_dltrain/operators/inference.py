@@ -38,9 +38,11 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
     :param input: the ``DeltaRef`` dict to score, e.g. an upstream task's XCom (templated).
     :param table_uri: output Delta table, local path or ``s3://`` (templated).
     :param partition: output partition to replace, e.g.
-        ``{"ds": "{{ data_interval_start | ds }}"}`` (templated).
+        ``{"ds": "{{ data_interval_start | ds }}"}`` (templated). Its values are checked before any
+        work starts, as ``SparkToDeltaOperator`` checks them, against ``scoring.partition_formats``.
     :param scoring: a :class:`~airflow_provider_dltrain.inference.ScoringSpec` or its dict:
-        ``feature_columns``, ``key_columns``, ``task``, ``batch_size``, ``torch_threads``.
+        ``feature_columns``, ``key_columns``, ``task``, ``batch_size``, ``torch_threads``,
+        ``partition_formats`` (e.g. ``{"ds": "date"}``).
     :param input_filter: DNF partition filter on the input, e.g. ``[["ds", "=", "{{ ds }}"]]`` (templated).
     :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
         ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"``. A cloud job loads the
@@ -122,6 +124,17 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         self.engine_options = engine_options or {}
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self._check_inputs(rendered=False)  # literal bad dates and partition values fail at parse too
+
+    def _check_inputs(self, *, rendered: bool) -> None:
+        """Refuse a bad partition value or date (only literal ones until templates are rendered)."""
+        from airflow_provider_dltrain.utils.input_checks import check_dates, check_partition
+
+        check_partition(self.partition, self.scoring.partition_formats, rendered=rendered)
+        dates = {"model_as_of": self.model_as_of}
+        if isinstance(self.model, dict):
+            dates["model.champion_as_of"] = self.model.get("champion_as_of")
+        check_dates(dates, rendered=rendered)
 
     def _tracking(self) -> TrackingConfig:
         from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -151,6 +164,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         import dataclasses
 
         from airflow_provider_dltrain.engines import LOCAL, RunSpec
+        from airflow_provider_dltrain.lake.partition import validate_partition
         from airflow_provider_dltrain.operators.engine_run import identity_from
         from airflow_provider_dltrain.registry.config import strip_userinfo
         from airflow_provider_dltrain.utils.context import commit_metadata_from
@@ -164,7 +178,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         return RunSpec(
             stage="score",
             table_uri=self.table_uri,
-            partition={k: str(v) for k, v in self.partition.items()},
+            partition=validate_partition(self.partition, formats=self.scoring.partition_formats),
             params={
                 "model": model,
                 "input": self._input_ref().to_dict(),
@@ -185,6 +199,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.inference import resolve_scoring_model
 
         with fail_fast_on_user_error():
+            self._check_inputs(rendered=True)
             ref = self._input_ref()
             check_filters(self.input_filter, "input_filter")
             tracking = self._tracking()

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.utils.input_checks import check_dates
 from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         self.mode = mode
         self.min_delta = min_delta
         self.data_cutoff = data_cutoff
+        check_dates({"data_cutoff": data_cutoff}, rendered=False)  # a literal bad date: refused at parse
         self.alias = alias
         self.mlflow_conn_id = mlflow_conn_id
         self.evaluate_fn = evaluate_fn
@@ -125,6 +127,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         from airflow_provider_dltrain.registry import GateSpec, register_and_promote
 
         with fail_fast_on_user_error():
+            check_dates({"data_cutoff": self.data_cutoff}, rendered=True)
             result = _train_result(self.train_result)
             metrics = result["metrics"]
             gate = GateSpec(metric=self.metric, mode=self.mode, min_delta=self.min_delta)  # type: ignore[arg-type]

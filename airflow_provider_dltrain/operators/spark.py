@@ -11,6 +11,7 @@ from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.utils.input_checks import check_partition
 from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
 
     :param table_uri: target Delta table, local path or ``s3://`` (templated).
     :param partition: the partition to replace, e.g. ``{"ds": "{{ data_interval_start | ds }}"}`` (templated).
+        Its values are checked before any work starts (literal ones when the DAG is parsed): never
+        trimmed, no whitespace or characters unsafe in a directory name, and the format
+        ``write.partition_formats`` declares for the column (e.g. ``{"ds": "date"}``).
     :param transform: a callable or ``"package.module:function"``.
     :param inputs: name → ``{"path", "format", "options"}`` raw files or a ``DeltaRef`` dict with
         optional ``"filters"`` (a DNF list of ``[column, op, value]``); either may name its own
@@ -43,7 +47,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         "role": "GlueRole"}`` for Glue; see the README's "Running on AWS".
     :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
     :param poll_interval: seconds between job state checks.
-    :param write: a :class:`DeltaWriteOptions` (or its dict).
+    :param write: a :class:`DeltaWriteOptions` (or its dict), ``partition_formats`` included.
     :param aws_conn_id: Airflow ``aws`` connection for an ``s3://`` target table, and for inputs that
         name none (ignored for local paths).
     :param spark_conf: extra Spark settings for the session.
@@ -88,6 +92,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         self.transform_params = transform_params or {}
         self.engine = engine
         self.write_options_ = write if isinstance(write, dict) else (write.__dict__ if write else {})
+        # literal values are refused while the DAG file is parsed (an import error naming them)
+        check_partition(partition, self.write_options_.get("partition_formats"), rendered=False)
         self.aws_conn_id = aws_conn_id
         self.spark_conf = spark_conf or {}
         self.engine_options = engine_options or {}
@@ -122,6 +128,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.utils.context import commit_metadata_from
 
         check_write_options(self.write_options_)
+        formats = self.write_options_.get("partition_formats")
+        partition = check_partition(self.partition, formats, rendered=True)  # before any work starts
         check_inputs(self.inputs)
         transform = self.transform
         if callable(transform):
@@ -129,7 +137,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         return RunSpec(
             stage="etl",
             table_uri=self.table_uri,
-            partition={k: str(v) for k, v in self.partition.items()},
+            partition=dict(partition or {}),
             params={
                 "transform": transform,
                 "inputs": self.inputs,

@@ -13,6 +13,7 @@ from airflow_provider_dltrain.operators.engine_run import EngineJobLink
 from airflow_provider_dltrain.operators.remote_training import RemoteTraining, is_remote_backend
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.utils.input_checks import check_dates
 from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
@@ -62,8 +63,9 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     :param hparams: hyper-parameters given to ``ctx.hparams``, a dict or its JSON (e.g.
         ``"{{ params.hparams | tojson }}"``); ``seed`` seeds every rank (templated).
     :param data_filter: DNF filter, e.g. ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
-    :param data_cutoff: value of the ``dltrain.data_cutoff`` tag; default the largest ``<=`` bound
-        on a partition column in ``data_filter`` (templated).
+    :param data_cutoff: value of the ``dltrain.data_cutoff`` tag, a date (``YYYY-MM-DD`` or a full ISO
+        timestamp, checked before any work starts); default the largest ``<=`` bound on a partition
+        column in ``data_filter`` (templated).
     :param backend: ``"local"``, ``"torch_distributor"``, ``"sagemaker"`` (a training job per try,
         see ``engines/sagemaker.py``), ``"ec2"`` (a per-run EC2 cluster,
         ``engines/ec2.py``), another registered name, or a backend object.
@@ -128,6 +130,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.hparams = hparams
         self.data_filter = data_filter
         self.data_cutoff = data_cutoff
+        check_dates({"data_cutoff": data_cutoff}, rendered=False)  # a literal bad date: refused at parse
         self.backend = backend
         self.backend_options = dict(backend_options or {})
         self.experiment_name = experiment_name
@@ -153,6 +156,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
         info = run_info(context)
         with fail_fast_on_user_error():
+            check_dates({"data_cutoff": self.data_cutoff}, rendered=True)  # not after hours of training
             ref = DeltaRef.coerce(self.dataset)
             hparams = _hparams(self.hparams)
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()

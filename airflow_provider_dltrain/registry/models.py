@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
+from airflow_provider_dltrain.lake.partition import check_date
 
 DEFAULT_ALIAS = "champion"
 
@@ -53,36 +52,12 @@ class ModelNotFoundError(DltrainUserError, LookupError):
     """The registered model, version, alias or champion for a date does not exist."""
 
 
-# A date, or a full ISO timestamp (seconds required; optional fraction and offset or Z): nothing else.
-_DATE_TEXT = re.compile(
-    r"(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})"
-    r"(?:[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?)?"
-)
-
-
 def normalize_date(value: Any, field_name: str) -> str:
     """``YYYY-MM-DD`` for a date, a datetime or an ISO string; :class:`InvalidSpecError` otherwise.
 
-    Strings must be exactly ``YYYY-MM-DD`` or a full ISO timestamp such as ``2026-11-28T00:00:00``,
-    ``2026-11-28T00:00:00.123+00:00`` or ``...Z`` (as Airflow renders ``{{ ds }}`` and ``{{ ts }}``);
-    anything trailing (``'2026-11-28 junk'``) is refused. The date is the one written, not
-    converted across time zones.
+    The rule lives with the partition rules: :func:`airflow_provider_dltrain.lake.partition.check_date`.
     """
-    if isinstance(value, dt.datetime):
-        return value.date().isoformat()
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, str) and (match := _DATE_TEXT.fullmatch(value)):
-        try:
-            if len(value) > 10:  # also rejects impossible times such as 25:00:00
-                dt.datetime.fromisoformat(value)
-            return dt.date.fromisoformat(match["day"]).isoformat()
-        except ValueError:
-            pass
-    raise InvalidSpecError(
-        f"{field_name}={value!r:.200} is not a date: pass 'YYYY-MM-DD' (e.g. '{{{{ ds }}}}') or a full "
-        "ISO timestamp such as '2026-11-28T00:00:00+00:00', with nothing after it."
-    )
+    return check_date(value, field_name)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow_provider_dltrain.hooks.delta import DeltaTableHook, VersionCheck, VersionConditions
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.utils.input_checks import check_partition
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -89,6 +90,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
                 f"pin={pin!r} cannot be combined with min_version or newer_than: the version it pins "
                 "may be older than them; use pin='newest' for those"
             )
+        check_partition(partition, rendered=False)  # a literal bad value: refused while the DAG is parsed
         poke_interval = kwargs.pop("poke_interval", poll_interval)
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table_uri = table_uri

@@ -143,7 +143,10 @@ def start_tracked_run(
     """Resolve the data and open the MLflow run with every tag and param (what :func:`run_training`
     does before any rank starts); a remote backend then hands the run to its job."""
     from airflow_provider_dltrain import __version__
+    from airflow_provider_dltrain.lake.partition import check_date
 
+    if cutoff:  # registration needs a date: refuse anything else before the data is read
+        check_date(cutoff, "cutoff")
     fn = load_train_fn(train_fn)
     params = dict(hparams or {})
     plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
