@@ -47,6 +47,29 @@ def cmd_champion(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill_report(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.backfill_report import backfill_report, format_report
+    from airflow_provider_dltrain.champion import NoStoreError, cli_tracking
+
+    if args.end < args.start:
+        print(f"END {args.end} is before START {args.start}", file=sys.stderr)
+        return 2
+    try:
+        tracking = cli_tracking(args.tracking_uri)
+    except NoStoreError:
+        if args.tracking_uri:
+            raise
+        tracking = None  # a DAG that trains nothing: the report reads the tables only
+    reports = backfill_report(args.dag_id, args.start, args.end, tracking)
+    if args.json:
+        import json
+
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    else:
+        print(format_report(reports))
+    return 0
+
+
 def cmd_vacuum(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.lake.maintenance import vacuum
 
@@ -99,6 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
     champion.add_argument("--alias", default="champion")
     _tracking_option(champion)
     champion.set_defaults(func=cmd_champion)
+    report = sub.add_parser(
+        "backfill-report",
+        help="per date: did the newest run reproduce the nightly answer, or what changed",
+        description="For each date from START to END, the newest run of DAG_ID whose data interval starts "
+        "on that date: reproduced (nothing committed, trained or submitted), or changed and what changed "
+        "(partition, content, model, code, hyper-parameters). Reads Airflow's metadata database (run it "
+        "where `airflow` runs: same AIRFLOW_HOME / sql_alchemy_conn), the Delta commit log and MLflow.",
+    )
+    report.add_argument("dag_id")
+    report.add_argument("start", type=_date)
+    report.add_argument("end", type=_date)
+    report.add_argument("--json", action="store_true", help="one JSON object per date")
+    _tracking_option(report)
+    report.set_defaults(func=cmd_backfill_report)
     vacuum = sub.add_parser(
         "vacuum",
         help="remove files no version of a Delta table references (removed ones, and those of killed writes)",

@@ -72,6 +72,14 @@ def describe_retrain(outcome: dict[str, Any], ds: str) -> list[str]:
     return lines
 
 
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    """The backfill report's lines for one run: reproduced, or changed and what changed."""
+    from airflow_provider_dltrain.backfill_report import DateReport, format_line
+
+    head, *rest = format_line(DateReport.from_dict(report))
+    return ["    verdict: " + head.split("  ", 1)[-1], *(f"  {line}" for line in rest)]
+
+
 def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> int:
     """Run ``dag_ids`` for ``days`` dates from ``start``; return a process exit code."""
     began = time.monotonic()
@@ -95,6 +103,8 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
             print(describe_ingest(outcome.state, outcome.ds))
         elif outcome.dag_id == "dltrain_retrain":
             print("\n".join(describe_retrain(outcome.state, outcome.ds)))
+        if outcome.ok and outcome.state.get("report"):
+            print("\n".join(verdict_lines(outcome.state["report"])))
         sys.stdout.flush()
 
     outcomes = run_dags([(dag_id, ds, None) for ds in dates for dag_id in dag_ids], env, on_result=report)

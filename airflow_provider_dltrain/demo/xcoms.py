@@ -8,38 +8,37 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import date
+from typing import Any
 
 
 def run_outcome(dag_id: str, ds: str) -> dict:
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+    """The newest run of ``dag_id`` whose data interval starts at ``ds`` (``{}`` when there is none).
 
-    start = datetime.fromisoformat(ds).replace(tzinfo=timezone.utc)
-    with create_session() as session:
-        run = session.scalars(
-            select(DagRun)
-            .where(DagRun.dag_id == dag_id, DagRun.data_interval_start == start)
-            .order_by(DagRun.id.desc())
-            .limit(1)
-        ).first()
-        if run is None:
-            return {}
-        states = {
-            ti.task_id: str(getattr(ti.state, "value", ti.state))
-            for ti in session.scalars(
-                select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id)
-            )
-        }
-        values = {}
-        for row in session.scalars(
-            select(XComModel).where(XComModel.dag_run_id == run.id, XComModel.key == "return_value")
-        ):
-            values[row.task_id] = XComModel.deserialize_value(row)
-        return {"run_id": run.run_id, "state": str(run.state), "tasks": states, "xcom": values}
+    Adds ``report``: what :mod:`~airflow_provider_dltrain.backfill_report` says of it (reproduced or
+    changed, and what changed).
+    """
+    from airflow_provider_dltrain.backfill_report import explain, run_outcomes
+
+    day = date.fromisoformat(ds)
+    runs = run_outcomes(dag_id, day, day).get(ds, [])
+    if not runs:
+        return {}
+    outcome = dict(runs[-1])
+    try:
+        outcome["report"] = explain(dag_id, ds, runs, _tracking()).to_dict()
+    except Exception as err:  # the report is a summary: a lookup that fails must not fail the run
+        outcome["report"] = {"verdict": "unknown", "changes": [f"no report: {type(err).__name__}: {err}"]}
+    return outcome
+
+
+def _tracking() -> Any:
+    from airflow_provider_dltrain.champion import NoStoreError, cli_tracking
+
+    try:
+        return cli_tracking()
+    except NoStoreError:  # a DAG that never used MLflow
+        return None
 
 
 if __name__ == "__main__":

@@ -137,6 +137,7 @@ def demo(tmp_path_factory):
             ds: d.outcome("dltrain_retrain", ds)["xcom"]["wait_for_partition"]["version"] for ds in DATES
         },
         "score_versions": {ds: d.outcome("dltrain_retrain", ds)["xcom"]["score"]["version"] for ds in DATES},
+        "reports": {key: state["report"] for key, state in d.latest.items()},
     }
     yield d
     d.runner.__exit__(None, None, None)
@@ -164,6 +165,9 @@ def test_nightly_runs_score_every_date_once_with_the_champion_for_that_date(demo
         assert len(rows) == PER_DAY and len({r["source_file"] for r in rows}) == PER_DAY
         assert {r["model_version"] for r in rows} == {demo.nightly["champions"][ds]}
     assert demo.nightly["live"] == demo.nightly["champions"][DATES[-1]]
+    for ds in DATES:  # the backfill report of a first run: everything written for the first time
+        for dag in ("dltrain_ingest", "dltrain_retrain"):
+            assert demo.nightly["reports"][(dag, ds)]["verdict"] == "computed", demo.nightly["reports"]
 
 
 def test_rerunning_a_whole_day_twice_with_untouched_landing_files_changes_nothing(demo):
@@ -177,6 +181,9 @@ def test_rerunning_a_whole_day_twice_with_untouched_landing_files_changes_nothin
         assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
         assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]
         assert state["xcom"]["score"]["version"] == demo.nightly["score_versions"][D2]
+    assert [o.state["report"]["verdict"] for o in outcomes] == ["reproduced"] * 4, outcomes[-1].state[
+        "report"
+    ]
     assert outcomes[1].state["run_id"] != outcomes[3].state["run_id"]  # two runs, not one read twice
     assert _tables(demo) == tables  # no new version of any table
     assert {ds: _rows(demo.predictions, ds) for ds in DATES} == demo.nightly["rows"]
@@ -193,6 +200,7 @@ def test_backfill_of_d3_reproduces_the_nightly_answer_and_trains_nothing(demo):
     with open(outcome.log_path) as log:
         assert "unchanged" in log.read()
     assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D3]
+    assert state["report"]["verdict"] == "reproduced" and not state["report"]["changes"], state["report"]
     assert _tables(demo) == tables
     assert _rows(demo.predictions, D3) == demo.nightly["rows"][D3]
     assert _files_by_partition(demo.predictions) == demo.nightly["files"]
@@ -255,6 +263,25 @@ def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_
     # lineage of the new D3 predictions names the restatement of D2
     out = demo.lineage(state["xcom"]["score"]["version"])
     assert f"ds={D2}: version {restated}" in out
+    # the backfill report: D2 changed, naming the partition; D3 retrained on the restated data
+    report = _backfill_report(demo, "dltrain_ingest", DATES[0], D4)
+    by_date = {line.split()[0]: line for line in report.splitlines() if line[:4].isdigit()}
+    assert by_date[D2].split()[1] == "changed" and by_date[DATES[0]].split()[1] == "computed:", report
+    assert f"{demo.digits} partition ds={D2} as version {restated}" in report and "rows changed" in report
+    d3 = demo.outcome("dltrain_retrain", D3)["report"]
+    assert d3["verdict"] == "changed", d3
+    assert any("changed: data (digits version" in c for c in d3["changes"]), d3
+
+
+def _backfill_report(demo, dag_id, start, end):
+    """``dltrain backfill-report`` against the demo's Airflow DB, tables and MLflow store."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_dltrain", "backfill-report", dag_id, start, end],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=demo.env,
+    ).stdout
 
 
 def test_changing_a_hyper_parameter_retrains(demo):
@@ -263,6 +290,8 @@ def test_changing_a_hyper_parameter_retrains(demo):
     state = demo.outcome("dltrain_retrain", D4)
     assert state["tasks"]["train"] == "success"
     assert len(demo.versions()) == len(before) + 1
+    changes = state["report"]["changes"]
+    assert any("changed: hyper-parameters (lr 0.003 → 0.002)" in c for c in changes), changes
 
 
 def test_lineage_command_traces_predictions_back_to_every_ingest_commit(demo):

@@ -1,0 +1,420 @@
+"""``dltrain backfill-report DAG START END``: per date, did the newest run give the nightly answer?
+
+For each date it takes the newest run of the DAG whose data interval starts on that date and says:
+
+- **reproduced**: the run committed no Delta version, trained no model and submitted no cloud job;
+- **reproduced, recomputed**: it committed and trained nothing, but submitted a job to find that out;
+- **changed**: what it committed (table, partition, version) and, against the previous commit of that
+  partition, what differed (the rows' content digest, the model or input version it was scored with,
+  the recorded input facts, code or parameters); what it trained, and against the previous training
+  for that cut-off, whether the data, the code or the hyper-parameters differed (and which ones).
+
+Everything comes from what the provider already records: the task states and XComs of the run in
+Airflow's metadata database, the ``airflow.*``/``dltrain.*`` keys of each Delta commit, and the
+``dltrain.*`` tags of each MLflow run. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from airflow_provider_dltrain.registry.config import TrackingConfig
+
+#: The XCom key under which a task records the cloud job it submitted (``operators.engine_run``).
+JOB_XCOM_KEY = "dltrain_job"
+FIRST = "first"
+IDENTITY = {
+    "dltrain.data_fingerprint": "data",
+    "dltrain.code_hash": "code",
+    "dltrain.params_hash": "hyper-parameters",
+}
+# commitInfo keys that say nothing about the content (who committed, when, how many retries)
+_VOLATILE = {"dltrain.partition", "dltrain.txn", "dltrain.attempt"}
+_WORDS = {
+    "dltrain.content_digest": "rows",
+    "dltrain.model_version": "model version",
+    "dltrain.model_name": "model",
+    "dltrain.model_uri": "model",
+    "dltrain.input_version": "input version",
+    "dltrain.input_uri": "input table",
+    "dltrain.rows_quarantined": "rows quarantined",
+}
+
+
+def run_outcomes(dag_id: str, start: date, end: date) -> dict[str, list[dict[str, Any]]]:
+    """Every run of ``dag_id`` whose data interval starts in [start, end], oldest first, per date.
+
+    Each run: ``run_id``, ``state``, ``tasks`` (task id → state), ``xcom`` (task id → return value)
+    and ``jobs`` (task id → the cloud job it submitted). Reads Airflow's metadata database.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    low = datetime(start.year, start.month, start.day, tzinfo=timezone.utc)
+    high = datetime(end.year, end.month, end.day, tzinfo=timezone.utc) + timedelta(days=1)
+    out: dict[str, list[dict[str, Any]]] = {}
+    with create_session() as session:
+        runs = session.scalars(
+            select(DagRun)
+            .where(
+                DagRun.dag_id == dag_id, DagRun.data_interval_start >= low, DagRun.data_interval_start < high
+            )
+            .order_by(DagRun.id)
+        ).all()
+        for run in runs:
+            tis = session.scalars(
+                select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id)
+            ).all()
+            states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in tis}
+            # a cleared and re-run task keeps its run id: its try tells this execution's commits from older ones
+            tries = {
+                ti.task_id: {
+                    "try_number": ti.try_number,
+                    "start": ti.start_date.isoformat() if ti.start_date else None,
+                }
+                for ti in tis
+            }
+            values: dict[str, Any] = {}
+            jobs: dict[str, Any] = {}
+            for row in session.scalars(
+                select(XComModel).where(
+                    XComModel.dag_run_id == run.id, XComModel.key.in_(("return_value", JOB_XCOM_KEY))
+                )
+            ):
+                (values if row.key == "return_value" else jobs)[row.task_id] = XComModel.deserialize_value(
+                    row
+                )
+            if run.data_interval_start is None:  # excluded by the query; for the type checker
+                continue
+            ds = run.data_interval_start.date().isoformat()
+            out.setdefault(ds, []).append(
+                json.loads(
+                    json.dumps(
+                        {
+                            "run_id": run.run_id,
+                            "state": str(getattr(run.state, "value", run.state)),
+                            "tasks": states,
+                            "tries": tries,
+                            "xcom": values,
+                            "jobs": jobs,
+                        },
+                        default=str,
+                    )
+                )
+            )
+    return out
+
+
+@dataclass
+class DateReport:
+    """What the newest run for ``ds`` did.
+
+    ``verdict``: ``computed`` (everything it wrote was the first of its kind: a first run), ``reproduced``, ``recomputed``,
+    ``changed``, ``failed`` or ``no run``.
+    """
+
+    dag_id: str
+    ds: str
+    verdict: str
+    run_id: str | None = None
+    runs: int = 0
+    changes: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "ds": self.ds,
+            "verdict": self.verdict,
+            "run_id": self.run_id,
+            "runs": self.runs,
+            "changes": list(self.changes),
+            "jobs": list(self.jobs),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DateReport:
+        return cls(
+            dag_id=str(data.get("dag_id", "")),
+            ds=str(data.get("ds", "")),
+            verdict=str(data.get("verdict", "unknown")),
+            run_id=data.get("run_id"),
+            runs=int(data.get("runs") or 0),
+            changes=list(data.get("changes") or []),
+            jobs=list(data.get("jobs") or []),
+        )
+
+
+class _Lookups:
+    """Delta histories and MLflow lookups, each read once for a whole report."""
+
+    def __init__(self, tracking: TrackingConfig | None, storage_options: Mapping[str, str] | None) -> None:
+        self.tracking = tracking
+        self.storage_options = dict(storage_options or {}) or None
+        self._histories: dict[str, list[dict[str, Any]]] = {}
+        self._client: Any = None
+
+    def history(self, uri: str) -> list[dict[str, Any]]:
+        """The table's commits, newest first (empty when the table cannot be read)."""
+        if uri not in self._histories:
+            from deltalake import DeltaTable
+
+            try:
+                self._histories[uri] = list(DeltaTable(uri, storage_options=self.storage_options).history())
+            except Exception:  # a table since removed: nothing to say about its commits
+                self._histories[uri] = []
+        return self._histories[uri]
+
+    def client(self) -> Any:
+        if self._client is None and self.tracking is not None:
+            self._client = self.tracking.client()
+        return self._client
+
+    def trained_in(self, value: Any, task_start: str | None) -> Any | None:
+        """The MLflow run a task's TrainResult names, when that try trained it (not a reused result)."""
+        client = self.client()
+        if client is None or not isinstance(value, dict) or not {"run_id", "code_hash"} <= set(value):
+            return None
+        try:
+            run = client.get_run(str(value["run_id"]))
+        except Exception:  # a run since deleted: nothing to compare with
+            return None
+        if task_start and run.info.start_time < _millis(task_start):
+            return None  # an earlier run handed back (a reused trial)
+        return run
+
+    def previous_training(self, run: Any) -> Any | None:
+        """The newest finished run before ``run`` in its experiment with the same data cut-off."""
+        client = self.client()
+        cutoff = run.data.tags.get("dltrain.data_cutoff")
+        if client is None or not cutoff:
+            return None
+        found = client.search_runs(
+            [run.info.experiment_id],
+            filter_string=f"tags.`dltrain.data_cutoff` = '{_q(cutoff)}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+        )
+        for other in found:
+            if other.info.run_id != run.info.run_id and other.info.start_time < run.info.start_time:
+                return other
+        return None
+
+
+def _q(text: str) -> str:
+    return text.replace("'", "\\'")
+
+
+def explain(
+    dag_id: str,
+    ds: str,
+    runs: list[dict[str, Any]],
+    tracking: TrackingConfig | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    lookups: _Lookups | None = None,
+) -> DateReport:
+    """The report for one date from its runs (oldest first), as :func:`run_outcomes` returns them."""
+    if not runs:
+        return DateReport(dag_id, ds, "no run")
+    look = lookups or _Lookups(tracking, storage_options)
+    newest = runs[-1]
+    report = DateReport(dag_id, ds, "reproduced", run_id=newest.get("run_id"), runs=len(runs))
+    run_id = str(newest.get("run_id") or "")
+    tries = newest.get("tries") or {}
+    seen: set[tuple[str, int]] = set()
+    for task_id, value in sorted((newest.get("xcom") or {}).items()):
+        for ref in _delta_refs(value):
+            if (ref["uri"], ref["version"]) in seen:  # a later task passing the same version on
+                continue
+            seen.add((ref["uri"], ref["version"]))
+            change = _commit_change(look, dag_id, run_id, task_id, ref, tries)
+            if change:
+                report.changes.append(change)
+    for task_id, value in sorted((newest.get("xcom") or {}).items()):
+        run = look.trained_in(value, (tries.get(task_id) or {}).get("start"))
+        if run is not None:
+            report.changes.append(_training_change(look, run))
+    for task_id, job in sorted((newest.get("jobs") or {}).items()):
+        report.jobs.append(f"{task_id}: {_job_words(job)}")
+    if newest.get("state") not in ("success", "DagRunState.SUCCESS"):
+        report.verdict = "failed"
+    elif report.changes:
+        first = all(
+            change.endswith((f"{FIRST} write of that partition", f"{FIRST} training for that cut-off"))
+            for change in report.changes
+        )
+        report.verdict = "computed" if first else "changed"
+    elif report.jobs:
+        report.verdict = "recomputed"
+    return report
+
+
+def _delta_refs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every ``{"uri", "version"}`` in a task's return value (a DeltaRef, its quarantine, ...)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("uri"), str) and isinstance(value.get("version"), int):
+            yield value
+        for inner in value.values():
+            if isinstance(inner, dict):
+                yield from _delta_refs(inner)
+
+
+def _made_by(commit: Mapping[str, Any], dag_id: str, run_id: str, tries: Mapping[str, Any]) -> bool:
+    """Whether the latest try of a task of this run made ``commit``.
+
+    A cleared task re-runs under the same run id, so the run id alone would credit the nightly's
+    commit to the backfill that reproduced it: the try number (or, where a commit lacks it, a commit
+    time after the try started) tells them apart.
+    """
+    if commit.get("airflow.run_id") != run_id or commit.get("airflow.dag_id") != dag_id:
+        return False
+    latest = tries.get(str(commit.get("airflow.task_id"))) or {}
+    if commit.get("airflow.try_number") and latest.get("try_number") is not None:
+        return str(commit["airflow.try_number"]) == str(latest["try_number"])
+    start = latest.get("start")
+    return start is None or int(commit.get("timestamp") or 0) >= _millis(start)
+
+
+def _millis(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+def _commit_change(
+    look: _Lookups, dag_id: str, run_id: str, task_id: str, ref: dict[str, Any], tries: Mapping[str, Any]
+) -> str | None:
+    """How the commit ``ref`` names differs from the previous write of its partition, when this run made it."""
+    history = look.history(ref["uri"])
+    commit = next((c for c in history if c.get("version") == ref["version"]), None)
+    if commit is None or not _made_by(commit, dag_id, run_id, tries):
+        return None  # pinned or read by this run, or committed by an earlier execution of it
+    partition = commit.get("dltrain.partition")
+    where = _partition_words(partition)
+    head = f"{commit.get('airflow.task_id') or task_id} committed {ref['uri']} {where} as version {ref['version']}"
+    before = next(
+        (
+            c
+            for c in history
+            if c.get("version", -1) < ref["version"] and c.get("dltrain.partition") == partition and partition
+        ),
+        None,
+    )
+    if before is None:
+        return f"{head}: {FIRST} write of that partition"
+    diffs = [
+        _diff_words(key, before.get(key), commit.get(key))
+        for key in sorted(set(before) | set(commit))
+        if key.startswith("dltrain.") and key not in _VOLATILE and before.get(key) != commit.get(key)
+    ]
+    return f"{head} (previous: version {before['version']}): " + (
+        "; ".join(diffs) if diffs else "same recorded facts, rewritten"
+    )
+
+
+def _partition_words(partition: str | None) -> str:
+    if not partition:
+        return "(whole table)"
+    try:
+        values = json.loads(partition)
+    except ValueError:
+        return f"partition {partition}"
+    return "partition " + ",".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def _diff_words(key: str, old: Any, new: Any) -> str:
+    word = _WORDS.get(key, key.split(".", 1)[1].replace("_", " "))
+    if key == "dltrain.content_digest":
+        return f"rows changed (content digest {str(old)[:12]} → {str(new)[:12]})"
+    if old is None:
+        return f"{word} {new} (not recorded before)"
+    short = (lambda v: str(v)[:12]) if len(str(old)) > 24 else str
+    return f"{word} {short(old)} → {short(new)}"
+
+
+def _training_change(look: _Lookups, run: Any) -> str:
+    tags = run.data.tags
+    head = f"trained MLflow run {run.info.run_id} (cut-off {tags.get('dltrain.data_cutoff', '?')})"
+    previous = look.previous_training(run)
+    if previous is None:
+        return f"{head}: {FIRST} training for that cut-off"
+    changed = [word for tag, word in IDENTITY.items() if previous.data.tags.get(tag) != tags.get(tag)]
+    if "hyper-parameters" in changed:
+        params = sorted(
+            k
+            for k in set(previous.data.params) | set(run.data.params)
+            if previous.data.params.get(k) != run.data.params.get(k)
+        )
+        detail = ", ".join(f"{k} {previous.data.params.get(k)} → {run.data.params.get(k)}" for k in params)
+        changed[changed.index("hyper-parameters")] = (
+            f"hyper-parameters ({detail})" if detail else "hyper-parameters"
+        )
+    if "data" in changed:
+        old, new = previous.data.tags, tags
+        versions = (old.get("dltrain.delta_version"), new.get("dltrain.delta_version"))
+        if versions[0] != versions[1]:
+            table = str(new.get("dltrain.delta_uri") or "the table").rstrip("/").rsplit("/", 1)[-1]
+            changed[changed.index("data")] = f"data ({table} version {versions[0]} → {versions[1]})"
+    what = ("changed: " + ", ".join(changed)) if changed else "nothing recorded differs"
+    return f"{head} vs run {previous.info.run_id}: {what}"
+
+
+def _job_words(job: Any) -> str:
+    if isinstance(job, dict):
+        ids = job.get("ids") or {}
+        engine = job.get("engine") or job.get("name") or "cloud"
+        return f"{engine} job {json.dumps(ids, sort_keys=True)}"
+    return str(job)
+
+
+def backfill_report(
+    dag_id: str,
+    start: date,
+    end: date,
+    tracking: TrackingConfig | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[DateReport]:
+    """The report of every date in [start, end] (Airflow's metadata DB, the tables, MLflow)."""
+    outcomes = run_outcomes(dag_id, start, end)
+    look = _Lookups(tracking, storage_options)
+    days = (end - start).days + 1
+    return [
+        explain(dag_id, ds, outcomes.get(ds, []), lookups=look)
+        for ds in ((start + timedelta(days=i)).isoformat() for i in range(days))
+    ]
+
+
+def format_line(report: DateReport) -> list[str]:
+    """One headline for the date, then one indented line per change or submitted job."""
+    runs = f"newest of {report.runs} runs" if report.runs > 1 else "1 run"
+    if report.verdict == "no run":
+        return [f"{report.ds}  no run of {report.dag_id}"]
+    words = {
+        "reproduced": "reproduced: nothing committed, trained or submitted",
+        "recomputed": "reproduced, recomputed: nothing committed or trained, but job(s) submitted",
+        "changed": "changed",
+        "computed": "computed: first write of every output",
+        "failed": "FAILED: the run did not succeed",
+    }.get(report.verdict, report.verdict)
+    lines = [f"{report.ds}  {words} ({runs}: {report.run_id})"]
+    lines += [f"    {c}" for c in report.changes]
+    lines += [f"    submitted {j}" for j in report.jobs]
+    return lines
+
+
+def format_report(reports: list[DateReport]) -> str:
+    if not reports:
+        return "no dates"
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    lines = [f"backfill report of {reports[0].dag_id}, {reports[0].ds} to {reports[-1].ds}:"]
+    for r in reports:
+        lines += format_line(r)
+    lines.append("total: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+    return "\n".join(lines)
