@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from airflow_provider_dltrain.demo import paths
-from airflow_provider_dltrain.demo.run import DagRunOutcome, airflow_env, ensure_airflow_db, run_dags
+from airflow_provider_dltrain.demo.run import DagRunner, DagRunOutcome, airflow_env
 from airflow_provider_dltrain.demo.seed import seed
 from airflow_provider_dltrain.demo.summary import ingest_summary, partition_rows
 
@@ -85,11 +86,8 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
     began = time.monotonic()
     dates = [(start + timedelta(days=i)).isoformat() for i in range(days)]
     print(f"DLTRAIN_HOME={paths.home()}")
-    for day in seed(paths.landing(), start, days):
-        print(f"  landing {day.ds}: {'seeded' if day.created else 'present'} ({day.images} files)")
     env = airflow_env()
-    ensure_airflow_db(env)
-    print(f"running {', '.join(dag_ids)} for {len(dates)} date(s) through `airflow dags test`, one process")
+    os.makedirs(env["AIRFLOW_HOME"], exist_ok=True)
 
     def report(outcome: DagRunOutcome) -> None:
         if outcome.dag_id == dag_ids[0]:
@@ -107,7 +105,14 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
             print("\n".join(verdict_lines(outcome.state["report"])))
         sys.stdout.flush()
 
-    outcomes = run_dags([(dag_id, ds, None) for ds in dates for dag_id in dag_ids], env, on_result=report)
+    with DagRunner(env) as runner:  # Airflow starts and migrates its DB while the landing zone is seeded
+        for day in seed(paths.landing(), start, days):
+            print(f"  landing {day.ds}: {'seeded' if day.created else 'present'} ({day.images} files)")
+        print(
+            f"running {', '.join(dag_ids)} for {len(dates)} date(s) through `airflow dags test`, one process"
+        )
+        outcomes = runner.run([(dag_id, ds, None) for ds in dates for dag_id in dag_ids], on_result=report)
+
     if not outcomes or not all(o.ok for o in outcomes) or len(outcomes) != len(dates) * len(dag_ids):
         return 1
     total = time.monotonic() - began

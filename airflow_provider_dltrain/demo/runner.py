@@ -119,7 +119,27 @@ def run_batch(runs: list[list[Any]]) -> bool:
     return True
 
 
+def ensure_db() -> None:
+    """Bring Airflow's metadata DB to the installed Airflow's schema (``airflow db migrate``), in this
+    process: a separate ``airflow db migrate`` pays Airflow's import again, and on a DB already at
+    the head it only finds that out (about a second here)."""
+    from airflow import settings
+    from airflow.utils import db
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    if settings.engine is None:  # not configured yet in this process
+        settings.configure_orm()
+    assert settings.engine is not None
+    with settings.engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    heads = set(ScriptDirectory.from_config(db._get_alembic_config()).get_heads())
+    if current not in heads:
+        db.upgradedb()
+
+
 def main(argv: list[str]) -> int:
+    ensure_db()
     if argv[:1] != [SERVE]:
         return 0 if run_batch(json.loads(argv[0])) else 1
     # one batch a line on stdin until it closes: each batch after the first finds Airflow and Spark started
