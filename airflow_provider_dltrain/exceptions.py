@@ -41,6 +41,10 @@ class UnsafeModelError(DltrainUserError):
     """A model would run code while loading (pickle format, bundled code) and was not allowed to."""
 
 
+class NonFiniteError(DltrainUserError):
+    """A training metric or a model's output is NaN or infinite, and that was not allowed."""
+
+
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
