@@ -30,7 +30,26 @@ class SchemaMismatchError(DltrainUserError):
 
 
 class BadDataError(DltrainUserError):
-    """Too many input rows were rejected; nothing was committed."""
+    """Too many input rows were rejected; nothing was committed.
+
+    :ivar rejected: rows rejected, of ``total`` (0 when the refusal was not about rejected rows).
+    :ivar reasons: rejected rows per reason.
+    :ivar example: one rejected row as a JSON preview, when it could be read back.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rejected: int = 0,
+        total: int = 0,
+        reasons: dict[str, int] | None = None,
+        example: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.rejected, self.total = rejected, total
+        self.reasons = dict(reasons or {})
+        self.example = example
 
 
 class TableNotFoundError(DltrainUserError):
@@ -39,6 +58,10 @@ class TableNotFoundError(DltrainUserError):
 
 class UnsafeModelError(DltrainUserError):
     """A model would run code while loading (pickle format, bundled code) and was not allowed to."""
+
+
+class NonFiniteError(DltrainUserError):
+    """A training metric or a model's output is NaN or infinite, and that was not allowed."""
 
 
 class MissingExtraError(ImportError):

@@ -102,6 +102,7 @@ def train(spec: TrainJobSpec) -> dict[str, Any]:
         spec.mlflow_run_id,
         timeout_s=spec.timeout_s,
         checkpoint_path=os.environ.get(CHECKPOINT_DIR_ENV) or None,
+        non_finite=spec.non_finite,
     )
     if horovod:
         from airflow_provider_dltrain.training.horovod_backend import run_horovod_job

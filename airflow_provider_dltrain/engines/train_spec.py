@@ -56,6 +56,7 @@ class TrainJobSpec:
     :param tracking_uri: the MLflow store, without any ``user:password@`` part.
     :param mlflow_run_id: the run the launcher opened; rank 0 logs metrics and the model into it.
     :param checkpoint_uri: where checkpoints persist (S3), synced to the job's local checkpoint dir.
+    :param non_finite: what rank 0 does with a NaN or infinite metric (``training/finite.py``).
     """
 
     train_fn: str
@@ -75,6 +76,7 @@ class TrainJobSpec:
     result_uri: str | None = None
     code_uris: tuple[str, ...] = ()
     timeout_s: float = 1800.0
+    non_finite: str = "fail_at_end"
     kind: str = KIND
     version: int = TRAIN_SPEC_VERSION
 
@@ -86,6 +88,9 @@ class TrainJobSpec:
             )
         if int(self.world_size) < 1:
             raise InvalidSpecError(f"world_size must be >= 1, got {self.world_size!r}")
+        from airflow_provider_dltrain.training.finite import check_mode
+
+        check_mode(self.non_finite, "non_finite of the training job spec")
         if self.tracking_uri and "@" in self.tracking_uri.split("://", 1)[-1].split("/", 1)[0]:
             raise InvalidSpecError("tracking_uri of a job spec must not carry user:password@")
 

@@ -279,6 +279,7 @@ def _refuse(t: _Target, got: _Collected) -> None:
     refusal = t.refuse_bad_counts(n_good, n_bad, got.reasons)
     if not (got.mismatched or refusal):
         return
+    example = _first_rejected(t, got) if refusal and got.bad else None
     delete_files(t.table_uri, got.good, t.storage_options)
     delete_files(t.quarantine_uri, got.bad, t.storage_options)
     if got.mismatched:
@@ -286,7 +287,25 @@ def _refuse(t: _Target, got: _Collected) -> None:
             f"{got.mismatched} row(s) have a partition column value other than {t.spec}; a write of "
             f"{t.rel_dir} may only contain that partition. Nothing was committed."
         )
-    raise BadDataError(refusal)
+    raise BadDataError(
+        str(refusal), rejected=n_bad, total=n_good + n_bad, reasons=got.reasons, example=example
+    )
+
+
+def _first_rejected(t: _Target, got: _Collected) -> str | None:
+    """The preview of one rejected row (first record of a quarantine file about to be removed), or None."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_dltrain.lake.storage import filesystem, join
+
+    try:
+        fs, root = filesystem(t.quarantine_uri, t.storage_options)
+        with fs.open_input_file(join(root, got.bad[0].path)) as handle:
+            batch = next(pq.ParquetFile(handle).iter_batches(batch_size=1, columns=["record"]), None)
+        return str(batch.column(0)[0].as_py()) if batch is not None and batch.num_rows else None
+    except Exception as err:  # only an illustration for the error: never hide the refusal itself
+        log.warning("could not read a rejected row back from %s: %s", t.quarantine_uri, err)
+        return None
 
 
 def _commit_both(

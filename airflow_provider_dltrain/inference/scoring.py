@@ -16,10 +16,20 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
+from airflow_provider_dltrain.exceptions import (
+    BadDataError,
+    InvalidSpecError,
+    NonFiniteError,
+    SchemaMismatchError,
+)
 from airflow_provider_dltrain.inference.model import ScoringModel, require_loadable
 from airflow_provider_dltrain.inference.spec import INPUT_VERSION, MODEL_NAME, MODEL_VERSION, ScoringSpec
-from airflow_provider_dltrain.inference.worker import LOAD_LOG_ENV, WORKER_ERROR_MARK, WorkerConfig
+from airflow_provider_dltrain.inference.worker import (
+    LOAD_LOG_ENV,
+    NON_FINITE,
+    WORKER_ERROR_MARK,
+    WorkerConfig,
+)
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -27,6 +37,7 @@ from airflow_provider_dltrain.registry.config import TrackingConfig
 log = logging.getLogger(__name__)
 _BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _PRED = "_dltrain_prediction"
+NON_FINITE_REASON = "the model's output is NaN or infinite"  # the writer's bad-row reason for such rows
 
 
 def worker_config(
@@ -94,25 +105,40 @@ def score_dataframe(
 ) -> Any:
     """``df``'s key columns plus prediction(s), ``model_name``, ``model_version``, ``input_version``.
 
+    Unless ``scoring.allow_non_finite``, also ``_error``: set where the model's output is NaN or
+    infinite, so that the writer rejects those rows (see :func:`score_table`).
     Lazy: nothing runs until the result is written or collected.
     """
     from pyspark.sql import functions as F
+
+    from airflow_provider_dltrain.etl.writer import ERROR_COLUMN
 
     check_columns(df, scoring)
     cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle)
     if scoring.udf == "arrow":
         scored = _map_in_arrow(df, cfg, scoring)
     else:
-        udf = scoring_udf(cfg, scoring.prediction_ddl())
+        udf = scoring_udf(cfg, _udf_ddl(scoring))
         scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
     predictions = [F.col(f"{_PRED}.{c}").alias(c) for c in scoring.output_columns[:-3]]
+    rejected = (
+        []
+        if scoring.allow_non_finite
+        else [F.when(F.col(f"{_PRED}.{NON_FINITE}"), F.lit(NON_FINITE_REASON)).alias(ERROR_COLUMN)]
+    )
     return scored.select(
         *scoring.key_columns,
         *predictions,
         F.lit(model.name).cast("string").alias(MODEL_NAME),
         F.lit(model.version).cast("long").alias(MODEL_VERSION),
         F.lit(input_version).cast("long").alias(INPUT_VERSION),
+        *rejected,
     )
+
+
+def _udf_ddl(scoring: ScoringSpec) -> str:
+    """The struct the UDF returns: the predictions, then whether the model's output row was non-finite."""
+    return f"{scoring.prediction_ddl()}, {NON_FINITE} boolean"
 
 
 def _map_in_arrow(df: Any, cfg: WorkerConfig, scoring: ScoringSpec) -> Any:
@@ -133,7 +159,8 @@ def _map_in_arrow(df: Any, cfg: WorkerConfig, scoring: ScoringSpec) -> Any:
 
 
 def _struct(scoring: ScoringSpec) -> str:
-    return scoring.prediction_ddl().replace(" long", ":bigint").replace(" double", ":double")
+    ddl = _udf_ddl(scoring)
+    return ddl.replace(" long", ":bigint").replace(" double", ":double").replace(" boolean", ":boolean")
 
 
 @contextlib.contextmanager
@@ -225,16 +252,45 @@ def score_table(
     scored = score_dataframe(df, model, spec, tracking, input_version=ref.version, allow_pickle=allow_pickle)
     log.info("scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition)
     with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():
-        result = write_dataframe(
-            scored,
-            table_uri,
-            partition,
-            metadata={**dict(metadata or {}), **_model_metadata(model, ref)},
-            storage_options=storage_options,
-        )
+        try:
+            result = write_dataframe(
+                scored,
+                table_uri,
+                partition,
+                metadata={**dict(metadata or {}), **_model_metadata(model, ref)},
+                storage_options=storage_options,
+            )
+        except BadDataError as err:
+            if NON_FINITE_REASON not in err.reasons:
+                raise
+            raise _non_finite_refusal(err, model, ref, table_uri, spec) from err
     out = result.ref
     log.info("wrote %d scored row(s) to %s version %d", result.rows_written, out.uri, out.version)
     return out
+
+
+def _non_finite_refusal(
+    err: BadDataError, model: ScoringModel, ref: DeltaRef, table_uri: str, spec: ScoringSpec
+) -> NonFiniteError:
+    """The error naming the model version, how many rows it gave no finite output for, and one of them."""
+    import json
+
+    from airflow_provider_dltrain.registry.loading import model_label
+
+    count = err.reasons[NON_FINITE_REASON]
+    sample = ""
+    if err.example and spec.key_columns:
+        try:
+            row = json.loads(err.example)
+            sample = " (e.g. the row with " + ", ".join(f"{k}={row.get(k)!r}" for k in spec.key_columns) + ")"
+        except ValueError:  # a preview cut short: no key to show
+            sample = ""
+    return NonFiniteError(
+        f"{model_label(model.name, model.version, model.model_uri)} returned NaN or infinite output "
+        f"for {count} of {err.total} row(s) of {ref.uri} version {ref.version}{sample}; nothing was committed "
+        f"to {table_uri}. Check that model version (was it trained to a NaN loss?), score with another "
+        "one, or set allow_non_finite=True in the scoring spec to write such rows anyway."
+    )
 
 
 def _model_metadata(model: ScoringModel, ref: DeltaRef) -> dict[str, str]:

@@ -44,6 +44,9 @@ class ScoringSpec:
     :param partition_formats: the format each output partition column's value must have, ``"date"``
         or a regular expression matching the whole value, e.g. ``{"ds": "date"}``; a value that does
         not match is refused before the model is resolved or any row is read.
+    :param allow_non_finite: write rows whose model output is NaN or infinite (their ``prediction``
+        and ``score`` mean nothing). Default False: such rows make the write fail as a user error
+        naming the model version and their count, and nothing is committed.
     """
 
     feature_columns: tuple[str, ...]
@@ -53,6 +56,7 @@ class ScoringSpec:
     torch_threads: int | None = None
     udf: str = "arrow"
     partition_formats: Mapping[str, str] | None = None
+    allow_non_finite: bool = False
 
     def __post_init__(self) -> None:
         from airflow_provider_dltrain.lake.partition import check_partition_formats
@@ -67,6 +71,10 @@ class ScoringSpec:
             raise InvalidSpecError(f"scoring.task must be one of {TASKS}, got {self.task!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InvalidSpecError(f"scoring.batch_size must be a positive integer, got {self.batch_size!r}")
+        if not isinstance(self.allow_non_finite, bool):
+            raise InvalidSpecError(
+                f"scoring.allow_non_finite must be True or False, got {self.allow_non_finite!r}"
+            )
         if self.udf not in UDFS:
             raise InvalidSpecError(f"scoring.udf must be one of {UDFS}, got {self.udf!r}")
         threads = self.torch_threads

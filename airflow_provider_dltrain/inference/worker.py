@@ -20,6 +20,9 @@ from airflow_provider_dltrain.exceptions import SchemaMismatchError
 # lines to <dir>/<pid>.log, so loads can be counted per Python worker.
 LOAD_LOG_ENV = "DLTRAIN_MODEL_LOAD_LOG"
 WORKER_ERROR_MARK = "DLTRAIN_WORKER_ERROR:"
+# A field of what the scoring UDF returns besides the predictions: True where the model's output row
+# held NaN or inf. The driver decides what that means (scoring.allow_non_finite); workers only report.
+NON_FINITE = "non_finite"
 
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[str, str, str], Any] = {}
@@ -120,12 +123,21 @@ def features_matrix(columns: Sequence[Any], names: Sequence[str]) -> Any:
 
 
 def predict(model: Any, x: Any, task: str) -> dict[str, Any]:
-    """Model output for the float matrix ``x`` as columns: prediction (and score for classification)."""
+    """Model output for the float matrix ``x`` as columns: prediction (and score for classification),
+    then ``non_finite``: whether the row's raw output held NaN or inf (its prediction means nothing)."""
     import torch
 
     with torch.inference_mode():
         out = model(torch.from_numpy(x))
     out = out.float()
+    result = _predictions(out, task)
+    result[NON_FINITE] = (~torch.isfinite(out.reshape(len(out), -1)).all(dim=1)).numpy()
+    return result
+
+
+def _predictions(out: Any, task: str) -> dict[str, Any]:
+    import torch
+
     if task == "regression":
         if out.ndim > 1 and out.shape[1] != 1:
             raise SchemaMismatchError(

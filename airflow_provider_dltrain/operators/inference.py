@@ -42,7 +42,8 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         work starts, as ``SparkToDeltaOperator`` checks them, against ``scoring.partition_formats``.
     :param scoring: a :class:`~airflow_provider_dltrain.inference.ScoringSpec` or its dict:
         ``feature_columns``, ``key_columns``, ``task``, ``batch_size``, ``torch_threads``,
-        ``partition_formats`` (e.g. ``{"ds": "date"}``).
+        ``partition_formats`` (e.g. ``{"ds": "date"}``), ``allow_non_finite`` (default False: rows
+        whose model output is NaN or infinite fail the task and nothing is committed).
     :param input_filter: DNF partition filter on the input, e.g. ``[["ds", "=", "{{ ds }}"]]`` (templated).
     :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
         ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"``. A cloud job loads the

@@ -55,6 +55,7 @@ class RemoteTraining(EngineRun):
     experiment_name: str | None
     mlflow_conn_id: str
     code_version: str | None
+    non_finite: str
     _tracking: TrackingConfig | None = None
     _train_spec: TrainJobSpec | None = None
 
@@ -137,6 +138,7 @@ class RemoteTraining(EngineRun):
                 registry_uri=strip_userinfo(tracking.registry_uri),
                 mlflow_run_id=started.run_id,
                 experiment_id=started.experiment_id,
+                non_finite=self.non_finite,
             )
         except BaseException as err:
             end_failed(tracking, started.run_id, err)
@@ -161,6 +163,7 @@ class RemoteTraining(EngineRun):
     def engine_outcome(self, engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, Any]:
         """The TrainResult of a Completed job; a failed one raises with its reason, run ends FAILED."""
         from airflow_provider_dltrain.engines.base import SUCCEEDED
+        from airflow_provider_dltrain.training.finite import check_report
         from airflow_provider_dltrain.training.runner import TrainResult, finish_tracked_run
 
         spec = engine.job_spec(handle)  # type: ignore[attr-defined]
@@ -168,9 +171,10 @@ class RemoteTraining(EngineRun):
         report = engine.result(handle) if status.state == SUCCEEDED else {}
         if status.state != SUCCEEDED or "error" in report:
             raise self._job_failure(engine, handle, status, spec)
+        check_report(report, spec.non_finite)  # raising here: the callers end the run FAILED
         tracking = self._tracking_config()
         if spec.mlflow_run_id:
-            finish_tracked_run(tracking, spec.mlflow_run_id, report)
+            finish_tracked_run(tracking, spec.mlflow_run_id, report, non_finite=spec.non_finite)
         tags = spec.tags
         result = TrainResult(
             run_id=spec.mlflow_run_id or "",

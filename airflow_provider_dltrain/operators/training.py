@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
 from airflow_provider_dltrain.operators.remote_training import RemoteTraining, is_remote_backend
+from airflow_provider_dltrain.training.finite import check_mode
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
 from airflow_provider_dltrain.utils.input_checks import check_dates
@@ -88,6 +89,9 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         through ``expand_kwargs``: ``{name, index, parent_run_id, early_stopping}``. The run becomes a
         child run of the search's parent run; a FINISHED run of the same trial under that parent with
         the same data, code and hyper-parameters is returned instead of training again (templated).
+    :param non_finite: a NaN or infinite metric fails the task without retries, the MLflow run ends
+        FAILED and no model is logged: ``"fail_at_end"`` (default, final values), ``"fail_at_any_step"``
+        (every logged value) or ``"allow"`` (the run is tagged ``dltrain.non_finite``).
     """
 
     template_fields: Sequence[str] = (
@@ -122,6 +126,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         deferrable: bool = False,
         poll_interval: float = 30.0,
         trial: Any = None,
+        non_finite: str = "fail_at_end",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -141,6 +146,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self.trial = trial
+        self.non_finite = check_mode(non_finite)  # refused when the DAG file is parsed
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.utils.context import storage_options_for
@@ -198,6 +204,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
                 storage_options=storage,
                 code_version=self.code_version or None,
                 early_stopping=_trial_stopping(trial),
+                non_finite=self.non_finite,
                 **run,
             )
         if trial:

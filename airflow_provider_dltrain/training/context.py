@@ -27,6 +27,7 @@ from airflow_provider_dltrain.training.loader import (
 if TYPE_CHECKING:
     from airflow_provider_dltrain.experiments.stopping import StopDecision, TrialStopper
     from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.training.finite import FiniteGuard
     from airflow_provider_dltrain.training.tracking import RankTracker
 
 log = logging.getLogger("airflow_provider_dltrain.training")
@@ -72,6 +73,7 @@ class TrainContext:
         stopper: TrialStopper | None = None,
         early_stopping: bool = False,
         collectives: Collectives | None = None,
+        guard: FiniteGuard | None = None,
     ) -> None:
         import torch
 
@@ -88,6 +90,7 @@ class TrainContext:
         self.last_metrics: dict[str, float] = {}
         self._handles_stopping = False
         self.collectives = collectives  # None: torch.distributed (DDP) when world_size > 1
+        self.guard = guard  # rank 0's check of non-finite metrics (the reported ones); None elsewhere
         self.model: Any = None  # the unwrapped model given to ``wrap``
         self.model_uri: str | None = None
         self.rows_seen: dict[str, int] = {}
@@ -214,6 +217,8 @@ class TrainContext:
         inner = getattr(model, "module", model)
         from airflow_provider_dltrain.training.tracking import RankTracker
 
+        if self.guard is not None:  # before anything is written: a NaN model is never logged
+            self.guard.before_save(self.last_metrics, inner)
         tracker = self.tracker or RankTracker(self.checkpoint_dir)
         example = input_example if input_example is not None else self._example
         self.model_uri = tracker.log_model(inner, example, name=name)
@@ -259,7 +264,9 @@ class TrainContext:
 
         In a trial with early stopping every rank must call it (the decision is shared by all ranks);
         when the rule stops the trial it raises :class:`TrialStopped` (a clean end, not a failure),
-        unless the function asks :meth:`should_stop` itself.
+        unless the function asks :meth:`should_stop` itself. A NaN or infinite value raises
+        :class:`~airflow_provider_dltrain.exceptions.NonFiniteError` on rank 0 once recorded, when
+        the run's ``non_finite`` is ``"fail_at_any_step"``.
         """
         values = {str(k): float(v) for k, v in metrics.items()}
         self.last_metrics.update(values)
@@ -267,6 +274,8 @@ class TrainContext:
             if self.tracker is not None:
                 self.tracker.log_metrics(values, step)
             log.info("%s", self._progress(values, step))
+            if self.guard is not None:
+                self.guard.logged(values, step)
         if self.early_stopping and self.stop_decision is None:
             self._decide(values, step)
 

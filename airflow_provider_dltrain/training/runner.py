@@ -200,6 +200,7 @@ def run_training(
     storage_options: StorageOptions | None = None,
     code_version: str | None = None,
     early_stopping: Mapping[str, Any] | None = None,
+    non_finite: str = "fail_at_end",
 ) -> TrainResult:
     """Train ``train_fn`` on exactly ``dataset``'s version and record it in MLflow.
 
@@ -218,10 +219,18 @@ def run_training(
     :param early_stopping: for a trial of a search, ``{"spec": {"rule": "median", "metric": ...},
         "parent_run_id": ..., "trial": name}``: the rule compares this run with the parent's other
         child runs at each logged step (see :mod:`airflow_provider_dltrain.experiments.stopping`).
+    :param non_finite: a NaN or infinite metric of rank 0 fails the run (FAILED, reason in
+        ``dltrain.failure``, no model logged, a user error): ``"fail_at_end"`` (default) checks the
+        final values, ``"fail_at_any_step"`` every logged value; ``"allow"`` accepts them and tags the
+        run ``dltrain.non_finite`` (see :mod:`airflow_provider_dltrain.training.finite`). Not part of
+        the run's identity.
 
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
     """
+    from airflow_provider_dltrain.training.finite import check_mode, check_report
+
+    check_mode(non_finite)
     runner = get_backend(backend, backend_options)
     stopping = _check_stopping(early_stopping, tracking)
     run = start_tracked_run(
@@ -251,6 +260,7 @@ def run_training(
             config,
             run_id if config else None,
             early_stopping=stopping,
+            non_finite=non_finite,
         )
         log.info(
             "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",
@@ -264,8 +274,9 @@ def run_training(
             run_id,
         )
         report = runner.run(job)
+        check_report(report, non_finite)
         if config is not None:
-            finish_tracked_run(config, run_id, report)
+            finish_tracked_run(config, run_id, report, non_finite=non_finite)
     return TrainResult(
         run_id=run_id,
         model_uri=report.get("model_uri"),
@@ -315,15 +326,19 @@ def failure_ends_run(config: TrackingConfig | None, run_id: str) -> Iterator[Non
         raise
 
 
-def finish_tracked_run(config: TrackingConfig, run_id: str, report: Mapping[str, Any]) -> None:
+def finish_tracked_run(
+    config: TrackingConfig, run_id: str, report: Mapping[str, Any], *, non_finite: str = "fail_at_end"
+) -> None:
     """Log the final metrics rank 0 did not log, then end the run FINISHED."""
     from mlflow.entities import RunTag
 
+    from airflow_provider_dltrain.training.finite import report_tags
     from airflow_provider_dltrain.training.tracking import finish_run
 
     logged = set(report.get("logged_metric_keys", []))
     unlogged = {k: v for k, v in report["metrics"].items() if k not in logged}
     tags = {"dltrain.collectives": str(report["collectives"])} if report.get("collectives") else {}
+    tags.update(report_tags(report, non_finite))
     stopped = report.get("stopped")
     if stopped:
         log.info("run %s stopped early at step %s: %s", run_id, stopped["step"], stopped["reason"])

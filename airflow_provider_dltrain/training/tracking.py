@@ -7,6 +7,7 @@ and the model; other ranks never talk to MLflow.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -192,6 +193,7 @@ class RankTracker:
         self.checkpoint_dir = checkpoint_dir
         self.published_dir = published_dir
         self.logged_keys: set[str] = set()
+        self.saved_paths: list[str] = []
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None) -> None:
         self.logged_keys.update(metrics)
@@ -203,7 +205,15 @@ class RankTracker:
         os.makedirs(self.checkpoint_dir, exist_ok=True)
         path = os.path.join(self.checkpoint_dir, f"{name}.pt")
         torch.save(model.state_dict(), path)
+        self.saved_paths.append(path)
         return f"{self.published_dir.rstrip('/')}/{name}.pt" if self.published_dir else path
+
+    def discard_model(self, model_uri: str) -> None:
+        """Take back a model saved before the run failed (its final metrics were not finite)."""
+        for path in self.saved_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        self.saved_paths.clear()
 
 
 class MlflowRankTracker(RankTracker):
@@ -277,6 +287,18 @@ class MlflowRankTracker(RankTracker):
             fluent._active_experiment_id = saved_experiment
         self._require_pt2(str(info.model_uri))
         return str(info.model_uri)
+
+    def discard_model(self, model_uri: str) -> None:
+        """Delete the logged model ``models:/m-<id>`` (best effort: the run's failure is what matters)."""
+        if not model_uri.startswith("models:/m-"):
+            log.warning(
+                "run %s failed after logging %s, which stays in its artifacts", self.run_id, model_uri
+            )
+            return
+        try:
+            self.config.client().delete_logged_model(model_uri[len("models:/") :].split("/", 1)[0])
+        except Exception as err:
+            log.warning("could not delete %s of failed run %s: %s", model_uri, self.run_id, err)
 
     def _require_pt2(self, model_uri: str) -> None:
         """Refuse to hand on a model that was not stored as a pt2 export (it would need pickle to load)."""

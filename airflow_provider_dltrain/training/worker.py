@@ -52,6 +52,8 @@ class RankJob:
     checkpoint_path: str | None = None
     # a search trial's early stopping: {"spec": StoppingSpec dict, "parent_run_id": ..., "trial": name}
     early_stopping: Mapping[str, Any] | None = None
+    # what rank 0 does with a NaN or infinite metric (see training/finite.py)
+    non_finite: str = "fail_at_end"
 
     @property
     def checkpoint_dir(self) -> str:
@@ -135,8 +137,10 @@ def execute(
     import torch
 
     from airflow_provider_dltrain.training.context import TrainContext
+    from airflow_provider_dltrain.training.finite import FiniteGuard
 
     started = time.monotonic()
+    guard = FiniteGuard(job.non_finite) if rank == 0 else None  # rank 0's metrics are the reported ones
     with _checkpoints(job, rank) as checkpoint_dir:
         tracker = _tracker(job, rank, checkpoint_dir)
         ctx = TrainContext(
@@ -152,10 +156,13 @@ def execute(
             stopper=_stopper(job, rank),
             early_stopping=job.early_stopping is not None,
             collectives=collectives,
+            guard=guard,
         )
         with deterministic_torch():
             seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
             metrics = _train(job, ctx)
+        if guard is not None:
+            _final_check(guard, ctx, metrics)
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -168,6 +175,7 @@ def execute(
         "elapsed_s": round(time.monotonic() - started, 3),
         "stopped": _stopped(ctx),
         "collectives": _collectives_name(collectives, world_size),
+        "non_finite": guard.seen if guard is not None else None,
     }
     write_json(job.run_dir, "ranks", f"rank-{rank}.json", report, job.storage_options)
     return report
@@ -202,6 +210,18 @@ def _train(job: RankJob, ctx: Any) -> dict[str, float]:
         if ctx.model is not None and ctx.model_uri is None:
             ctx.save_model(ctx.model)
         return dict(ctx.last_metrics)
+
+
+def _final_check(guard: Any, ctx: Any, metrics: Mapping[str, float]) -> None:
+    """Fail on non-finite final metrics; a model saved before they were known is taken back."""
+    from airflow_provider_dltrain.exceptions import NonFiniteError
+
+    try:
+        guard.final(metrics, ctx.last_metrics)
+    except NonFiniteError:
+        if ctx.model_uri and ctx.tracker is not None:
+            ctx.tracker.discard_model(ctx.model_uri)
+        raise
 
 
 def _stopped(ctx: Any) -> dict[str, Any] | None:

@@ -102,3 +102,14 @@ def cooperative_train(ctx: Any) -> dict[str, float]:
             ctx.save_model(model)
             return {"val_loss": 2.5, "stopped_by_itself": 1.0}
     return {"val_loss": 2.5, "stopped_by_itself": 0.0}
+
+
+def non_finite_train(ctx: Any) -> dict[str, float]:
+    """Every rank logs a NaN loss at step 0, then waits for the others (rank 0's check fails the run)."""
+    import torch
+
+    model = ctx.wrap(torch.nn.Linear(64, 10))
+    ctx.log_metrics({"nan_loss": float("nan")}, step=0)
+    ctx.barrier()
+    ctx.save_model(model, torch.zeros(2, 64))
+    return {"nan_loss": float("nan")}
