@@ -291,7 +291,7 @@ def test_changing_a_hyper_parameter_retrains(demo):
     assert state["tasks"]["train"] == "success"
     assert len(demo.versions()) == len(before) + 1
     changes = state["report"]["changes"]
-    assert any("changed: hyper-parameters (lr 0.003 → 0.002)" in c for c in changes), changes
+    assert any("hyper-parameters (lr 0.003 → 0.002)" in c for c in changes), changes
 
 
 def test_lineage_command_traces_predictions_back_to_every_ingest_commit(demo):
