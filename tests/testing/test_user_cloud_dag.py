@@ -124,6 +124,7 @@ def test_a_users_glue_and_sagemaker_dag_runs_against_the_fake_aws(fake_aws, tmp_
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "DLTRAIN_HOME": str(tmp_path / "home"),
             "MLFLOW_TRACKING_URI": mlflow_uri,
+            "DLTRAIN_POLL_INTERVAL": "1",  # the DAG polls its jobs every second
         }
     )
     assert env["AIRFLOW_CONN_AWS"] == fake_aws.conn_json and env["AWS_ENDPOINT_URL"] == fake_aws.endpoint_url
