@@ -174,6 +174,7 @@ def start_fake_aws(workdir: Path, *, verbose: bool = True, timeout: float = 60.0
     """
     workdir.mkdir(parents=True, exist_ok=True)
     log_path, pid_file = workdir / "fake_aws.log", workdir / "job_pids.txt"
+    pid_file.unlink(missing_ok=True)  # ids of an earlier run's jobs may belong to other processes now
     cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--port", "0"]
     cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file)]
     cmd += ["--verbose"] if verbose else []
