@@ -84,6 +84,12 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fake_aws(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.testing.fake_aws import serve
+
+    return serve(args)
+
+
 def _tracking_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tracking-uri",
@@ -157,6 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_dltrain.reap_command import add_reap_parser
 
     add_reap_parser(sub)
+    # stdlib only: moto is imported when the command runs
+    from airflow_provider_dltrain.testing.fake_aws import add_arguments as add_fake_aws_arguments
+
+    fake_aws = sub.add_parser(
+        "fake-aws",
+        help="a fake AWS on 127.0.0.1 that runs Glue, EMR, EMR Serverless, SageMaker and EC2 jobs locally "
+        "(test DAGs offline; needs the [testing] extra)",
+        description="Serve a fake AWS (moto) whose jobs run as local processes, create the buckets and "
+        "EMR Serverless applications given, print the Airflow 'aws' connection to use, then "
+        "'READY <endpoint>'; Ctrl-C or SIGTERM stops it and every job it started.",
+    )
+    add_fake_aws_arguments(fake_aws)
+    fake_aws.set_defaults(func=cmd_fake_aws)
     return parser
 
 

@@ -1,7 +1,7 @@
 """Control-plane overhead of one cloud job: the adapter's round trip ÷ the job's entry point run directly.
 
 For ``glue``, ``emr`` (a transient cluster per run) and ``emr_serverless`` on the fake AWS
-(``tests.support.fake_aws``, started and stopped here as a child process), one ETL stage — a
+(``airflow_provider_dltrain.testing``, started and stopped here as a child process), one ETL stage — a
 ``ROWS``-row CSV on the fake S3 → a new Delta table on the fake S3 — is timed two ways:
 
 - **adapter**: ``engine.stage`` + ``engine.submit`` + ``engines.wait`` (poll every ``POLL_S`` s) +
@@ -9,7 +9,7 @@ For ``glue``, ``emr`` (a transient cluster per run) and ``emr_serverless`` on th
   The fake runs the staged ``job_script.py`` as a local process (its executor polls every 0.1 s).
 - **reference**: ``python job_script.py --spec spec.json --code bundle.zip`` with the same spec,
   bundle and data, staged to a local directory beforehand (untimed), in the environment the fake's
-  executor gives its jobs (``AWS_ENDPOINT_URL`` …, see ``tests/support/local_executor.py``).
+  executor gives its jobs (``AWS_ENDPOINT_URL`` …, see ``airflow_provider_dltrain/testing/local_executor.py``).
 
 Goal: adapter ≤ 1.2 x reference + 5 s. As a ratio (the convention of ``benchmarks/__main__.py``):
 ``adapter / reference <= 1.2 + 5 s / reference``, so the goal's number depends on this run's
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import shutil
 import signal
 import statistics
@@ -34,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_dltrain.testing.fake_aws_process import start_fake_aws
+
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("glue", "emr", "emr_serverless")
 ROWS = 300
@@ -41,7 +42,6 @@ REPEATS = 3
 POLL_S = 0.2
 SLOWDOWN, GRACE_S = 1.2, 5.0
 JOB_TIMEOUT_S = 600.0
-READY_TIMEOUT_S = 60.0
 PARTITION = {"ds": "2026-12-01"}
 ENDPOINT_KEYS = {
     "aws_access_key_id": "testing",
@@ -59,48 +59,6 @@ def double(spark, inputs, params):
 
 
 # -- the fake AWS --------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _fake_aws(log_path: Path):
-    """Endpoint of a ``python -m tests.support.fake_aws`` child; SIGTERM on exit (it kills its jobs)."""
-    env = dict(os.environ)
-    env.pop("AWS_ENDPOINT_URL", None)  # the server itself must not point at another endpoint
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fake_aws", "--port", "0"],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log_file,
-            text=True,
-        )
-    try:
-        yield _read_ready(proc, log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-def _read_ready(proc: subprocess.Popen, log_path: Path) -> str:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    while time.monotonic() < deadline and proc.poll() is None:
-        if selector.select(timeout=0.2):
-            line = proc.stdout.readline()
-            if line.startswith("READY "):
-                return line.split()[1]
-    tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
-    raise RuntimeError(f"fake AWS did not start (exit code {proc.poll()}):\n{tail}")
-
-
 def _job_env(endpoint: str) -> dict[str, str]:
     """What ``LocalCloudExecutor.launch`` gives a job (``DLTRAIN_ENGINE`` is read by nothing)."""
     env = dict(os.environ)
@@ -235,8 +193,8 @@ def _live(clients: Any, application_id: str) -> list[str]:
 def run() -> list[dict]:
     root = Path(tempfile.mkdtemp(prefix="bench-engines-"))
     try:
-        with _fake_aws(root / "fake_aws.log") as endpoint:
-            adapter, reference, leftovers = _measure(endpoint, root)
+        with start_fake_aws(root / "fake-aws", verbose=False) as fake:
+            adapter, reference, leftovers = _measure(fake.endpoint_url, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return _results(adapter, reference, leftovers)

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# The fake AWS fixtures users get from the package's pytest11 entry point (fake_aws, fake_aws_server),
+# loaded here by name too: the entry point has that name, so an installed entry point is not loaded twice.
+pytest_plugins = ["airflow_provider_dltrain.testing.pytest_plugin"]
+
 REPO = Path(__file__).resolve().parents[1]
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="dltrain-tests-"))
 
@@ -123,7 +127,15 @@ def moto_server():
     """A real moto server on loopback; yields its endpoint URL. Stopped at the end, also on failure."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_dltrain.testing.moto_server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,5 @@
-"""The services around Airflow in an end-to-end test: the fake AWS and an ``mlflow server``.
+"""The services around Airflow in an end-to-end test: an ``mlflow server`` (the fake AWS is the package's,
+``airflow_provider_dltrain.testing.fake_aws_process.start_fake_aws``).
 
 Each runs in its own process group on 127.0.0.1 and is stopped at the end, also when the test fails.
 """
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.conftest import free_port
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -30,43 +28,6 @@ def _stop(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-@contextlib.contextmanager
-def fake_aws(log_path: Path, timeout: float = 60) -> Iterator[dict]:
-    """``{"endpoint": url, "leaks": () -> [live resources]}`` of ``python -m tests.support.fake_aws``."""
-    from tests.engines.engine_helpers import leaks
-
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fake_aws", "--port", "0", "--verbose"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-        )
-    try:
-        endpoint = _ready_line(proc, log_path, timeout)
-        yield {"endpoint": endpoint, "leaks": lambda: leaks(endpoint)}
-    finally:
-        _stop(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-def _ready_line(proc: subprocess.Popen, log_path: Path, timeout: float) -> str:
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        if selector.select(timeout=0.2):
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("READY "):
-                return line.split()[1]
-    raise RuntimeError(f"fake AWS did not start (exit {proc.poll()}):\n{log_path.read_text()[-3000:]}")
 
 
 @contextlib.contextmanager

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dltrain.testing.fake_aws_process import FakeAws, start_fake_aws
 from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_for_backfill, wait_for_dag
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
-from tests.e2e.side_services import fake_aws, mlflow_server
+from tests.e2e.side_services import mlflow_server
 
 # Minutes on a quiet machine; the first test also waits for the services and the backfills.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -61,7 +62,7 @@ def artifacts(tmp_path_factory, request) -> Iterator[Path]:
 def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
     """The demo's nightly for DAYS done: backfills of the ingest, then the retrain DAG, through the REST API."""
     tmp = tmp_path_factory.mktemp("ui-stack")
-    with pytest.MonkeyPatch.context() as mp, fake_aws(artifacts / "fake_aws.log") as aws:
+    with pytest.MonkeyPatch.context() as mp, start_fake_aws(artifacts / "fake-aws") as aws:
         mp.setenv("DLTRAIN_HOME", str(tmp / "home"))
         with mlflow_server(tmp / "mlflow", artifacts / "mlflow.log") as tracking_uri:
             mp.setenv("MLFLOW_TRACKING_URI", tracking_uri)
@@ -78,30 +79,23 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
                     assert sorted(r["data_interval_start"][:10] for r in runs) == DAYS, runs
                 (run,) = [r for r in runs if r["data_interval_start"][:10] == DAY]
                 yield {"api": api, "aws": aws, "tracking_uri": tracking_uri, "run": run}
-        assert not aws["leaks"](), "cloud resources left running"
+        assert not aws.leaks(), "cloud resources left running"
 
 
-def _demo_env(aws: dict, mp: pytest.MonkeyPatch) -> dict[str, str]:
+def _demo_env(aws: FakeAws, mp: pytest.MonkeyPatch) -> dict[str, str]:
     """Seed DAY; the Spark stages as Glue jobs on the fake AWS; the Airflow environment."""
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.demo.run import airflow_env
     from airflow_provider_dltrain.demo.seed import seed
-    from tests.engines.engine_helpers import aws_client
 
     seed(paths.landing(), date.fromisoformat(DAYS[0]), len(DAYS), per_day=PER_DAY)
     bucket = f"ui-{uuid.uuid4().hex[:10]}"
-    aws_client("s3", aws["endpoint"]).create_bucket(Bucket=bucket)
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": aws["endpoint"], "region_name": "us-east-1"},
-    }
+    aws.create_bucket(bucket)
     options = {"staging_uri": f"s3://{bucket}/staging", "role": "arn:aws:iam::123456789012:role/GlueRole"}
     mp.setenv("DLTRAIN_ENGINE", "glue")
     mp.setenv("DLTRAIN_ENGINE_OPTIONS", json.dumps(options))
     mp.setenv("DLTRAIN_AWS_CONN_ID", "aws_lake")
-    mp.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(conn))
+    mp.setenv("AIRFLOW_CONN_AWS_LAKE", aws.conn_json)
     env = airflow_env()
     env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"  # only backfills create runs
     return env
@@ -179,7 +173,6 @@ def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, art
 
     from airflow_provider_dltrain.registry.config import TrackingConfig
     from tests.e2e.backfill_checks import MODEL
-    from tests.engines.engine_helpers import aws_client
 
     run_id = stack["run"]["dag_run_id"]
     links = {}
@@ -205,7 +198,7 @@ def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, art
     assert found.group(2) == champion.run_id
     assert found.group(1) == client.get_run(champion.run_id).info.experiment_id
     # the Glue console page of the job run that scored DAY: the first of the backfill's runs (one at a time)
-    glue_runs = aws_client("glue", stack["aws"]["endpoint"]).get_job_runs(JobName=SCORE_JOB)["JobRuns"]
+    glue_runs = stack["aws"].client("glue").get_job_runs(JobName=SCORE_JOB)["JobRuns"]
     assert len(glue_runs) == len(DAYS), glue_runs
     glue_run = min(glue_runs, key=lambda r: r["StartedOn"])
     assert links["score"].startswith("https://us-east-1.console.aws.amazon.com/gluestudio/"), links["score"]

@@ -146,12 +146,12 @@ def test_code_bundle_is_deterministic_and_holds_the_provider_and_the_transform_m
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
-def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(fake_aws, tmp_path):
+def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(fake_aws_endpoint, tmp_path):
     """The data plane alone: the staged script, S3 via environment only, unknown arguments tolerated."""
     from airflow_provider_dltrain.engines.staging import Stager
 
     bucket = f"entry-{uuid.uuid4().hex[:8]}"
-    s3 = aws_client("s3", fake_aws)
+    s3 = aws_client("s3", fake_aws_endpoint)
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="in/raw.csv", Body=b"id,x\n1,2.0\n")
     spec = RunSpec(
@@ -171,7 +171,7 @@ def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(f
     script.write_bytes(s3.get_object(Bucket=bucket, Key=staged.script_uri.split("/", 3)[3])["Body"].read())
     env = {
         **{k: v for k, v in __import__("os").environ.items() if not k.startswith("AWS_")},
-        "AWS_ENDPOINT_URL": fake_aws,
+        "AWS_ENDPOINT_URL": fake_aws_endpoint,
         "AWS_ALLOW_HTTP": "true",
         "AWS_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "testing",

@@ -102,8 +102,8 @@ class Lake:
 
 
 @pytest.fixture(scope="module")
-def lake(fake_aws) -> Lake:
-    return Lake(fake_aws)
+def lake(fake_aws_endpoint) -> Lake:
+    return Lake(fake_aws_endpoint)
 
 
 def test_glue_runs_scripts_reports_errors_and_stops(aws_leak_check, lake):
@@ -313,8 +313,8 @@ def test_emr_serverless_runs_reports_errors_and_cancels(aws_leak_check, lake):
     es.delete_application(applicationId=app)
 
 
-def test_sagemaker_stop_training_job_exists(fake_aws):
-    sm = aws_client("sagemaker", fake_aws)
+def test_sagemaker_stop_training_job_exists(fake_aws_endpoint):
+    sm = aws_client("sagemaker", fake_aws_endpoint)
     name = f"tj-{uuid.uuid4().hex[:6]}"
     sm.create_training_job(
         TrainingJobName=name,

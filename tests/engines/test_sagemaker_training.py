@@ -27,7 +27,7 @@ DAYS = ("2026-11-24", "2026-11-25")
 
 
 @pytest.fixture(scope="module")
-def sm_lake(fake_aws):
+def sm_lake(fake_aws_endpoint):
     """A tiny digits table (2 partitions, ~225 rows) on the fake's S3."""
     from sm_train_fns import digits_partition
 
@@ -35,9 +35,9 @@ def sm_lake(fake_aws):
     from airflow_provider_dltrain.lake.storage import s3_storage_options
 
     bucket = f"sm-{uuid.uuid4().hex[:10]}"
-    aws_client("s3", fake_aws).create_bucket(Bucket=bucket)
+    aws_client("s3", fake_aws_endpoint).create_bucket(Bucket=bucket)
     storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=fake_aws
+        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=fake_aws_endpoint
     )
     ref = None
     for i, day in enumerate(DAYS):

@@ -1,7 +1,7 @@
 """A commit that delta-rs reported done but that is not in the log is retried, never a user error.
 
 On moto's server two conditional puts of one commit version can both succeed, the later replacing the
-earlier commit (``tests/support/moto_server.py``). Simulated here on a local table: right after our
+earlier commit (``airflow_provider_dltrain/testing/moto_server.py``). Simulated here on a local table: right after our
 commit, its file is removed and another writer commits the same version, as the later put would.
 """
 

@@ -11,6 +11,9 @@ node directory, the SSH directory and the Python (``DLTRAIN_*`` variables the sc
 teardown, the reaper) kills its process group.
 """
 
+# This module patches moto's classes in place: methods are replaced and attributes added.
+# mypy: disable-error-code="method-assign"
+
 from __future__ import annotations
 
 import base64
@@ -24,7 +27,7 @@ from moto.ec2 import ec2_backends
 from moto.ec2.models.instances import Instance
 
 from airflow_provider_dltrain.engines.ec2_plan import parse_plan, replace_plan
-from tests.support.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
 
 SHUTDOWN_STUB = """#!/bin/sh
 echo "$@" >> "$DLTRAIN_NODE_DIR/shutdown.log"

@@ -5,6 +5,9 @@ omits ``ErrorMessage`` and lacks ``BatchStopJobRun``. Here the state manager hol
 executor starts the script and writes RUNNING, then SUCCEEDED or FAILED (+ErrorMessage) from its exit code.
 """
 
+# This module patches moto's classes in place: methods are replaced and attributes added.
+# mypy: disable-error-code="method-assign, attr-defined"
+
 from __future__ import annotations
 
 import time
@@ -16,7 +19,7 @@ from moto.glue import models as glue_models
 from moto.glue.responses import GlueResponse
 from moto.moto_api import state_manager
 
-from tests.support.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED", "TIMEOUT", "ERROR"}
 # Glue adds these to every run's argv (real Glue adds more, e.g. --TempDir); entries must tolerate them.

@@ -21,6 +21,9 @@ second job take an existing name. Here:
 * jobs without a ``spec`` hyper-parameter (not ours) complete at once, as moto made them.
 """
 
+# This module patches moto's classes in place: methods are replaced and attributes added.
+# mypy: disable-error-code="method-assign, attr-defined"
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,7 +43,7 @@ from moto.sagemaker import models as sm_models
 from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 
-from tests.support.local_executor import LocalCloudExecutor, iter_backends, split_s3_uri
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends, split_s3_uri
 
 log = logging.getLogger("fake_aws.sagemaker")
 STOPPABLE = {"InProgress", "Stopping"}

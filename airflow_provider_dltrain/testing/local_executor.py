@@ -3,7 +3,7 @@
 moto accepts Glue job runs, EMR steps and EMR Serverless job runs but never executes anything. The
 ``LocalCloudExecutor`` runs in the moto server's process, polls the backends, and for each new job downloads
 its script from moto S3 and runs ``python <script> <args>`` in a subprocess. The per-service modules
-(``fake_glue_es``, ``fake_emr``) decide what is new, which script and arguments a job has, and how the
+(``fake_glue``, ``fake_emr``, …) decide what is new, which script and arguments a job has, and how the
 outcome is written back to the moto object; this module owns the processes.
 """
 
@@ -29,7 +29,8 @@ from botocore.config import Config
 
 log = logging.getLogger("fake_aws.executor")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The directory holding this package (a clone, or site-packages): jobs import the same provider code.
+CODE_ROOT = Path(__file__).resolve().parents[2]
 # How much stderr a failed job reports (Glue ErrorMessage, EMR FailureDetails, ES stateDetails).
 ERROR_LINES = 5
 ERROR_CHARS = 1000
@@ -94,9 +95,17 @@ def error_text(stderr_path: Path, returncode: int) -> str:
 class LocalCloudExecutor:
     """Polls moto's backends and runs each new job as a local process (see the module docstring)."""
 
-    def __init__(self, endpoint: str, poll_s: float = 0.1, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        poll_s: float = 0.1,
+        workdir: Path | None = None,
+        pid_file: Path | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.poll_s = poll_s
+        # one line per job started: its process group id, which a parent checks is gone after a stop
+        self.pid_file = pid_file
         self._own_workdir = workdir is None
         self.root = Path(workdir or tempfile.mkdtemp(prefix="fake-aws-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -209,7 +218,7 @@ class LocalCloudExecutor:
                 "AWS_ACCESS_KEY_ID": "testing",
                 "AWS_SECRET_ACCESS_KEY": "testing",
                 "DLTRAIN_ENGINE": engine,
-                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(CODE_ROOT), env.get("PYTHONPATH")) if p),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -228,6 +237,9 @@ class LocalCloudExecutor:
         job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix)
         with self.lock:
             self.jobs[key] = job
+            if self.pid_file is not None:
+                with open(self.pid_file, "a") as pids:
+                    pids.write(f"{proc.pid} {'/'.join(key)}\n")
         return job
 
     def is_running(self, key: tuple[str, ...]) -> bool:

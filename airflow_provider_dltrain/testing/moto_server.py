@@ -1,6 +1,7 @@
-"""moto's S3 server with atomic conditional writes: ``python -m tests.support.moto_server -H HOST -p PORT``.
+"""moto's S3 server with atomic conditional writes.
 
-Run from the repository root; it takes ``python -m moto.server``'s arguments. delta-rs makes every
+``python -m airflow_provider_dltrain.testing.moto_server -H HOST -p PORT`` takes ``python -m
+moto.server``'s arguments; the fake AWS installs the same patch in its own server. delta-rs makes every
 commit a put-if-absent (``If-None-Match: *``), and a conditional put must be atomic: of two writers
 of one commit version exactly one wins and the other gets 412. moto 5.2.5 checks the condition and
 then stores the object as two separate steps (``S3Response.put_object``, and likewise

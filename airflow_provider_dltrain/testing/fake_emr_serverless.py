@@ -5,6 +5,9 @@ Here new objects are born CREATED / SUBMITTED (the module globals moto reads at 
 moves a run to RUNNING and then SUCCESS or FAILED (+stateDetails), and a cancel kills the process.
 """
 
+# This module patches moto's classes in place: methods are replaced and attributes added.
+# mypy: disable-error-code="method-assign"
+
 from __future__ import annotations
 
 import time
@@ -13,7 +16,7 @@ from typing import Any
 from moto.core.utils import utcnow
 from moto.emrserverless import models as es_models
 
-from tests.support.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
 
 TERMINAL = {"SUCCESS", "FAILED", "CANCELLED"}
 

@@ -7,6 +7,9 @@ terminates a cluster whose KeepJobFlowAliveWhenNoSteps is False once its steps a
 terminate_job_flows kills the running step and cancels the rest, as real EMR does.
 """
 
+# This module patches moto's classes in place: methods are replaced and attributes added.
+# mypy: disable-error-code="method-assign, attr-defined, assignment"
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +20,7 @@ from moto.emr import models as emr_models
 from moto.emr.exceptions import ValidationException
 from moto.emr.responses import ElasticMapReduceResponse
 
-from tests.support.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
 
 CLUSTER_DONE = {"TERMINATING", "TERMINATED", "TERMINATED_WITH_ERRORS"}
 STEP_UNFINISHED = {"PENDING", "RUNNING", "CANCEL_PENDING"}

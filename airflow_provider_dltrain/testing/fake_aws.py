@@ -1,0 +1,197 @@
+"""A fake AWS for offline tests: moto as the control plane, local processes as the data plane.
+
+``dltrain fake-aws`` (or ``python -m airflow_provider_dltrain.testing.fake_aws``) serves S3, Glue,
+EMR, EMR Serverless, SageMaker and EC2 on 127.0.0.1 and really runs what is submitted: Glue job
+runs, EMR steps, EMR Serverless job runs, SageMaker training jobs and EC2 user data run as local
+processes. It creates the ``--bucket`` and ``--emr-serverless-app`` given, prints the Airflow ``aws``
+connection to use, then one line ``READY http://127.0.0.1:<port>`` on stdout, and serves until
+SIGTERM/SIGINT; then it kills every job it started and exits 0. Everything after READY goes to
+stderr, so a parent may stop reading stdout there.
+
+Why one process: moto's backends, its response classes and its module globals can only be patched in
+the process that serves the requests (a ``python -m moto.server`` child cannot be reached), and the
+executor reads the same backend objects the server writes. What each service does is described in
+``fake_glue``, ``fake_emr``, ``fake_emr_serverless``, ``fake_sagemaker`` and ``fake_ec2``.
+
+This module imports moto only when it serves: ``add_arguments`` is what the ``dltrain`` command reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger("fake_aws")
+# S3's rule for new buckets (moto accepts more, e.g. capitals, which S3 refuses)
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def bucket_name(text: str) -> str:
+    if not BUCKET_NAME.match(text) or ".." in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
+    parser.add_argument(
+        "--bucket",
+        action="append",
+        default=[],
+        type=bucket_name,
+        metavar="NAME",
+        help="create this S3 bucket (repeatable)",
+    )
+    parser.add_argument(
+        "--emr-serverless-app",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create a Spark EMR Serverless application of this name and print its id (repeatable)",
+    )
+    parser.add_argument("--poll", type=float, default=0.1, help="executor poll interval in seconds")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep job scripts and logs here (default: a temp dir, removed)"
+    )
+    parser.add_argument(
+        "--pid-file",
+        type=Path,
+        help="append the process group id of every job started to this file (to check none outlives a stop)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log every job start and end to stderr")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_dltrain.testing.fake_aws", description=__doc__
+    )
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(parse_args(argv))
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the fake AWS until SIGTERM/SIGINT (see the module docstring); 0 once every job is stopped."""
+    from airflow_provider_dltrain.exceptions import require
+
+    require("moto.server", "testing")
+    # moto's botocore session must not pick up a developer's profile or real credentials.
+    os.environ.pop("AWS_PROFILE", None)
+    os.environ.pop("AWS_ENDPOINT_URL", None)  # the executor's own S3 client talks to this server
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s fake_aws %(levelname)s %(name)s: %(message)s",
+        force=True,  # the dltrain command has configured logging already
+    )
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+
+    from moto.server import ThreadedMotoServer
+
+    from airflow_provider_dltrain.testing import (
+        fake_ec2,
+        fake_emr,
+        fake_emr_serverless,
+        fake_glue,
+        fake_sagemaker,
+        moto_server,
+    )
+    from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor
+
+    moto_server.install()  # conditional puts (every Delta commit) atomic, as on S3
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+
+    executor = LocalCloudExecutor(endpoint, poll_s=args.poll, workdir=args.workdir, pid_file=args.pid_file)
+    for service in (fake_glue, fake_emr, fake_emr_serverless, fake_sagemaker, fake_ec2):
+        service.install(executor)
+    executor.start()
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        apps = _create_resources(endpoint, args.bucket, args.emr_serverless_app)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        executor.stop()
+        server.stop()
+        return 2
+    _print_connection(endpoint, args.bucket, apps)
+    # Nothing else belongs on stdout: a parent that stopped reading it must never block us.
+    sys.stdout = sys.stderr
+    print("serving; Ctrl-C or SIGTERM stops the fake AWS and every job it started", flush=True)
+    stop.wait()
+
+    executor.stop()
+    server.stop()
+    return 0
+
+
+def _create_resources(endpoint: str, buckets: list[str], apps: list[str]) -> dict[str, str]:
+    """Create the buckets and EMR Serverless applications; {application name: id}. ValueError naming
+    the option when the service refuses one."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from airflow_provider_dltrain.testing.fake_aws_process import client
+
+    s3, es = client("s3", endpoint), client("emr-serverless", endpoint)
+    created: dict[str, str] = {}
+    for name in buckets:
+        try:
+            s3.create_bucket(Bucket=name)
+        except (BotoCoreError, ClientError) as err:
+            raise ValueError(f"--bucket {name!r}: {err}; use a valid S3 bucket name") from err
+    for name in apps:
+        if name in created:
+            raise ValueError(f"--emr-serverless-app {name!r} is given twice; give each name once")
+        try:
+            response = es.create_application(name=name, releaseLabel="emr-7.5.0", type="SPARK")
+        except (BotoCoreError, ClientError) as err:
+            raise ValueError(f"--emr-serverless-app {name!r}: {err}") from err
+        created[name] = response["applicationId"]
+    return created
+
+
+def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str]) -> None:
+    """What to use, then the READY line, in one write (a reader that stops at READY has it all)."""
+    from airflow_provider_dltrain.testing.fake_aws_process import (
+        CONN_ID,
+        connection_json,
+        connection_uri,
+    )
+
+    lines = [
+        f"fake AWS: {endpoint} (S3, Glue, EMR, EMR Serverless, SageMaker, EC2; jobs run on this machine)"
+    ]
+    lines += [f"bucket: s3://{bucket}" for bucket in buckets]
+    lines += [f"EMR Serverless application {name}: {app_id}" for name, app_id in apps.items()]
+    lines += [
+        f"Airflow connection {CONN_ID!r} (URI): {connection_uri(endpoint)}",
+        f"Airflow connection {CONN_ID!r} (JSON): {connection_json(endpoint)}",
+        f"export AIRFLOW_CONN_{CONN_ID.upper()}='{connection_json(endpoint)}'",
+        f"READY {endpoint}",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

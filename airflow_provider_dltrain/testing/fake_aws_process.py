@@ -1,0 +1,312 @@
+"""The fake AWS as a child process: start it, reach it (endpoint, Airflow connection, clients), stop it.
+
+``start_fake_aws(workdir)`` runs ``python -m airflow_provider_dltrain.testing.fake_aws`` and yields a
+:class:`FakeAws`; on exit it stops the server and fails if any job process it started is still alive.
+Nothing here imports moto (the child does); boto3 is imported when a client is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+REGION = "us-east-1"
+KEY = "testing"  # the dummy access key id and secret every client of the fake uses
+CONN_ID = "aws"
+READY = "READY "
+_CODE_ROOT = Path(__file__).resolve().parents[2]
+# Live resources, by service: what the leak check reports (all cost money on real AWS).
+EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
+GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
+EC2_LIVE = ["pending", "running", "stopping", "stopped"]
+ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
+
+
+def connection_extra(endpoint: str) -> dict[str, str]:
+    return {"endpoint_url": endpoint, "region_name": REGION}
+
+
+def connection_json(endpoint: str) -> str:
+    """An Airflow ``aws`` connection to the fake, as the JSON an ``AIRFLOW_CONN_*`` variable holds."""
+    conn = {"conn_type": "aws", "login": KEY, "password": KEY, "extra": connection_extra(endpoint)}
+    return json.dumps(conn)
+
+
+def connection_uri(endpoint: str) -> str:
+    """The same connection as an Airflow connection URI."""
+    return f"aws://{KEY}:{KEY}@/?{urlencode(connection_extra(endpoint))}"
+
+
+def client_env(endpoint: str) -> dict[str, str]:
+    """What points Airflow (connection ``aws``), boto3 and delta-rs in this process at the fake."""
+    return {
+        f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(endpoint),
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",  # delta-rs refuses http:// endpoints otherwise
+        "AWS_ACCESS_KEY_ID": KEY,
+        "AWS_SECRET_ACCESS_KEY": KEY,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+    }
+
+
+# a profile or a session token would win over the dummy keys in some SDKs
+CLIENT_ENV_UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3")
+
+
+def client(service: str, endpoint: str) -> Any:
+    """A boto3 client of ``service`` on the fake (no retries: moto answers at once or not at all)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=KEY,
+        aws_secret_access_key=KEY,
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@dataclass
+class FakeAws:
+    """A running fake AWS: its endpoint, the Airflow connection to it, and helpers to set it up."""
+
+    endpoint_url: str
+    log_path: Path
+    pid_file: Path | None = None
+
+    @property
+    def conn_id(self) -> str:
+        return CONN_ID
+
+    @property
+    def conn_uri(self) -> str:
+        return connection_uri(self.endpoint_url)
+
+    @property
+    def conn_json(self) -> str:
+        return connection_json(self.endpoint_url)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """``AIRFLOW_CONN_AWS`` and the ``AWS_*`` variables for a process that should use the fake."""
+        return client_env(self.endpoint_url)
+
+    def client(self, service: str) -> Any:
+        return client(service, self.endpoint_url)
+
+    def create_bucket(self, name: str) -> str:
+        self.client("s3").create_bucket(Bucket=name)
+        return name
+
+    def create_emr_serverless_app(self, name: str, release_label: str = "emr-7.5.0") -> str:
+        """A Spark application; returns its id (what ``engine_options["application_id"]`` takes)."""
+        es = self.client("emr-serverless")
+        return str(
+            es.create_application(name=name, releaseLabel=release_label, type="SPARK")["applicationId"]
+        )
+
+    def leaks(self) -> list[str]:
+        """Every cluster, job run, started application, training job or instance still alive."""
+        return leaks(self.endpoint_url)
+
+    def live_job_processes(self) -> list[int]:
+        """Process group ids of the jobs this fake started that still have a live process."""
+        return live_job_groups(self.pid_file) if self.pid_file else []
+
+
+def live_job_groups(pid_file: Path) -> list[int]:
+    """The process groups listed in a ``--pid-file`` that still have a live process."""
+    if not pid_file.exists():
+        return []
+    groups = {int(line.split()[0]) for line in pid_file.read_text().splitlines() if line.strip()}
+    return sorted(g for g in groups if _group_alive(g))
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` is alive (zombies, which have exited, do not count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: the group exists or not
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
+
+
+def _server_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    # the server (and so its jobs) runs the provider code this process imported, a clone included
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    if str(_CODE_ROOT) not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_CODE_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@contextlib.contextmanager
+def start_fake_aws(workdir: Path, *, verbose: bool = True, timeout: float = 60.0) -> Iterator[FakeAws]:
+    """Run the fake AWS until the ``with`` block ends, its log and job directories under ``workdir``.
+
+    On exit the server is stopped (it kills its jobs); an ``AssertionError`` then names any job process
+    still alive (after killing it). Jobs' stdout/stderr stay in ``workdir/jobs/<engine>-*/``.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path, pid_file = workdir / "fake_aws.log", workdir / "job_pids.txt"
+    pid_file.unlink(missing_ok=True)  # ids of an earlier run's jobs may belong to other processes now
+    cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--port", "0"]
+    cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file)]
+    cmd += ["--verbose"] if verbose else []
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=_server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,  # a Ctrl-C of the caller reaches the caller, which then stops us
+        )
+    failed = False
+    try:
+        yield FakeAws(_read_ready(proc, log_path, timeout), log_path, pid_file)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _stop(proc)
+        left = _kill_left_over(pid_file)
+    if left and not failed:
+        raise AssertionError(f"job processes outlived the fake AWS: process groups {left} (see {pid_file})")
+
+
+def _kill_left_over(pid_file: Path) -> list[int]:
+    """Kill the job process groups still alive after a stop; their ids (none, when the stop worked)."""
+    left = live_job_groups(pid_file)
+    for pgid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return left
+
+
+def _read_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> str:
+    """The endpoint from the child's ``READY <url>`` line; raises with the child's log on failure.
+
+    Reads the pipe's bytes directly: a buffered ``readline`` after ``select`` would leave the READY
+    line in the buffer once the lines before it arrived in the same chunk, and wait forever.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    received = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.2):
+            chunk = os.read(fd, 65536)
+            received += chunk
+            for line in received.decode(errors="replace").splitlines():
+                if line.startswith(READY):
+                    return line.split()[1]
+            if not chunk and proc.poll() is not None:
+                break
+        elif proc.poll() is not None:
+            break
+    tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+    raise RuntimeError(f"the fake AWS did not start (exit code {proc.poll()}); its log {log_path}:\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def leaks(endpoint: str) -> list[str]:
+    """Every cloud resource on the fake AWS still alive (costing money, on real AWS)."""
+    found: list[str] = []
+    emr = client("emr", endpoint)
+    for page in emr.get_paginator("list_clusters").paginate(ClusterStates=EMR_LIVE):
+        found += [f"EMR cluster {c['Id']} ({c['Name']}) {c['Status']['State']}" for c in page["Clusters"]]
+
+    glue = client("glue", endpoint)
+    for page in glue.get_paginator("get_jobs").paginate():
+        for job in page["Jobs"]:
+            for runs in glue.get_paginator("get_job_runs").paginate(JobName=job["Name"]):
+                found += [
+                    f"Glue run {job['Name']}/{r['Id']} {r['JobRunState']}"
+                    for r in runs["JobRuns"]
+                    if r["JobRunState"] in GLUE_LIVE
+                ]
+    found += _emr_serverless_leaks(endpoint)
+    found += _ec2_leaks(endpoint)
+
+    sm = client("sagemaker", endpoint)
+    for status in ("InProgress", "Stopping"):
+        for page in sm.get_paginator("list_training_jobs").paginate(StatusEquals=status):
+            found += [
+                f"SageMaker training job {j['TrainingJobName']} {status}"
+                for j in page["TrainingJobSummaries"]
+            ]
+    return found
+
+
+def _emr_serverless_leaks(endpoint: str) -> list[str]:
+    found: list[str] = []
+    es = client("emr-serverless", endpoint)
+    for page in es.get_paginator("list_applications").paginate():
+        for app in page["applications"]:
+            if app["state"] == "STARTED":
+                found.append(f"EMR Serverless application {app['id']} ({app['name']}) STARTED")
+            try:
+                run_pages = list(es.get_paginator("list_job_runs").paginate(applicationId=app["id"]))
+            except es.exceptions.ResourceNotFoundException:
+                continue  # moto raises this for an application that never had a run
+            for runs in run_pages:
+                found += [
+                    f"EMR Serverless run {app['id']}/{r['id']} {r['state']}"
+                    for r in runs["jobRuns"]
+                    if r["state"] in ES_RUN_LIVE
+                ]
+    return found
+
+
+def _ec2_leaks(endpoint: str) -> list[str]:
+    """Instances not terminated: a training cluster's node, or anything else a test launched."""
+    ec2 = client("ec2", endpoint)
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": EC2_LIVE}]
+    )
+    return [
+        f"EC2 instance {i['InstanceId']} {i['State']['Name']}"
+        for page in pages
+        for r in page["Reservations"]
+        for i in r["Instances"]
+    ]

@@ -1,0 +1,48 @@
+"""pytest fixtures for testing cloud DAGs against the fake AWS (registered as a ``pytest11`` plugin).
+
+* ``fake_aws`` (session): starts the fake AWS (``dltrain fake-aws``) in a child process and points
+  this process at it for the session: ``AIRFLOW_CONN_AWS`` (connection id ``aws``), ``AWS_ENDPOINT_URL``,
+  dummy keys and region (child processes such as ``airflow dags test`` inherit them), restored at the
+  end. Yields a :class:`~airflow_provider_dltrain.testing.fake_aws_process.FakeAws`: ``endpoint_url``,
+  ``conn_uri``, ``conn_json``, ``env``, ``client(service)``, ``create_bucket(name)``,
+  ``create_emr_serverless_app(name)`` (its id), ``leaks()``.
+* ``fake_aws_server`` (session): the same server without touching the environment.
+
+At the end of the session the server is stopped, and the teardown fails if any job process it started
+(a Glue run, an EMR step, a training job…) is still alive. The server's log and each job's stdout and
+stderr are kept under pytest's temporary directory (``fake_aws.log``, ``jobs/``).
+
+Importing this module loads neither moto nor boto3: a suite that uses no fixture pays nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.testing.fake_aws_process import FakeAws
+
+
+@pytest.fixture(scope="session")
+def fake_aws_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeAws]:
+    """A running fake AWS, the environment left alone; stopped (and checked) at the end of the session."""
+    from airflow_provider_dltrain.testing.fake_aws_process import start_fake_aws
+
+    with start_fake_aws(tmp_path_factory.mktemp("fake-aws")) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def fake_aws(fake_aws_server: FakeAws) -> Iterator[FakeAws]:
+    """The fake AWS, with ``AIRFLOW_CONN_AWS`` and the ``AWS_*`` variables pointing at it for the session."""
+    from airflow_provider_dltrain.testing.fake_aws_process import CLIENT_ENV_UNSET
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in CLIENT_ENV_UNSET:
+            mp.delenv(name, raising=False)
+        for name, value in fake_aws_server.env.items():
+            mp.setenv(name, value)
+        yield fake_aws_server
