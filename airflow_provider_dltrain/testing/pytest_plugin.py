@@ -1,9 +1,9 @@
 """pytest fixtures for testing cloud DAGs against the fake AWS (registered as a ``pytest11`` plugin).
 
-* ``fake_aws`` (session): starts the fake AWS (``dltrain fake-aws``) in a child process and points
-  this process at it for the session: ``AIRFLOW_CONN_AWS`` (connection id ``aws``), ``AWS_ENDPOINT_URL``,
-  dummy keys and region (child processes such as ``airflow dags test`` inherit them), restored at the
-  end. Yields a :class:`~airflow_provider_dltrain.testing.fake_aws_process.FakeAws`: ``endpoint_url``,
+* ``fake_aws`` (per test): the session's fake AWS (``dltrain fake-aws``, started once in a child
+  process), with this process pointed at it for the test: ``AIRFLOW_CONN_AWS`` (connection id ``aws``),
+  ``AWS_ENDPOINT_URL``, dummy keys and region (child processes such as ``airflow dags test`` inherit
+  them), restored when the test ends, so tests that do not ask for it never talk to the fake. Yields a :class:`~airflow_provider_dltrain.testing.fake_aws_process.FakeAws`: ``endpoint_url``,
   ``conn_uri``, ``conn_json``, ``env``, ``client(service)``, ``create_bucket(name)``,
   ``create_emr_serverless_app(name)`` (its id), ``leaks()``.
 * ``fake_aws_server`` (session): the same server without touching the environment.
@@ -35,9 +35,9 @@ def fake_aws_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeAw
         yield fake
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def fake_aws(fake_aws_server: FakeAws) -> Iterator[FakeAws]:
-    """The fake AWS, with ``AIRFLOW_CONN_AWS`` and the ``AWS_*`` variables pointing at it for the session."""
+    """The fake AWS, with ``AIRFLOW_CONN_AWS`` and the ``AWS_*`` variables pointing at it for this test."""
     from airflow_provider_dltrain.testing.fake_aws_process import CLIENT_ENV_UNSET
 
     with pytest.MonkeyPatch.context() as mp:
