@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +41,6 @@ from typing import Any
 from airflow_provider_dltrain.engines.spec import RunSpec
 from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_RERUN_FACTS, LastWrite
 from airflow_provider_dltrain.lake.storage import StorageOptions
-
-log = logging.getLogger(__name__)
 
 SCHEME = "dltrain-rerun-v1"  # bumped whenever the facts change meaning: older records never match
 SCORING_CODE = "airflow_provider_dltrain.inference.scoring:score_table"
