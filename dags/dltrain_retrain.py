@@ -10,7 +10,9 @@ For the run covering [D, D+1):
 3. register the model behind the gate: the champion for D and the new model are both scored on the
    new model's validation rows (``val_accuracy``, higher is better) — a backfill of an old date
    never moves the live ``champion`` alias;
-4. score D's images with the champion for D into the ``digit_predictions`` partition ``ds = D``;
+4. score D's images with the champion for D into the ``digit_predictions`` partition ``ds = D``
+   (unless that partition already holds the scores of this model version for this input version:
+   then no model is loaded and no Spark started; trigger with ``{"force": true}`` to score anyway);
 5. log and return the lineage of the predictions.
 
 Hyper-parameters are a DAG param: trigger with ``{"hparams": {...}}`` to change them.
@@ -47,7 +49,10 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
-    params={"hparams": Param(HPARAMS, type="object", description="hyper-parameters of the digits CNN")},
+    params={
+        "hparams": Param(HPARAMS, type="object", description="hyper-parameters of the digits CNN"),
+        "force": Param(False, type="boolean", description="score even when the scores are unchanged"),
+    },
     tags=["dltrain", "training"],
     doc_md=__doc__,
 ):
@@ -104,6 +109,7 @@ with DAG(
         engine_options=paths.engine_options(),
         poll_interval=POLL["score"],
         aws_conn_id=paths.aws_conn_id(),
+        force="{{ params.force }}",
     )
     lineage = DeltaLineageOperator(
         task_id="lineage", table_uri=PREDICTIONS, version=scored.output, aws_conn_id=paths.aws_conn_id()

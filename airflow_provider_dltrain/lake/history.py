@@ -33,6 +33,7 @@ class Commit:
     version: int
     info: dict[str, Any]
     partitions: tuple[PartitionValues, ...]  # of the files it added or removed, each once
+    changes_metadata: bool = False  # it carries a ``metaData`` action (schema, partitioning, properties)
 
     def ref(self, uri: str) -> DeltaRef:
         return DeltaRef(uri, self.version, millis_to_iso(self.info.get("timestamp")))
@@ -59,7 +60,8 @@ def _commit(version: int, actions: list[dict[str, Any]]) -> Commit:
         if body:
             values = dict(body.get("partitionValues") or {})
             touched.setdefault(key_of(values), values)
-    return Commit(version, info, tuple(touched.values()))
+    metadata = any("metaData" in action for action in actions)
+    return Commit(version, info, tuple(touched.values()), metadata)
 
 
 def walk_back(log: DeltaLog, newest: int, what: str) -> Iterator[Commit]:

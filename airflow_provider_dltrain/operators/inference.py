@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import RunSpec
+    from airflow_provider_dltrain.engines.rerun_check import RerunCheck
     from airflow_provider_dltrain.inference.model import ScoringModel
     from airflow_provider_dltrain.inference.spec import ScoringSpec
     from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -63,6 +64,9 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         ``code_paths``) anyway, logging a warning. Default False: such a model is refused before
         any worker loads it, because unpickling runs code it carries; re-log it with
         ``serialization_format="pt2"`` instead. Only for registries that only trusted people can write.
+    :param force: score even when the partition would be rewritten with the content it holds (by
+        default such a run loads no model, starts no Spark session and submits no job; see the
+        README's "Unchanged re-runs") (templated: ``True``, ``False`` or their text).
     """
 
     template_fields: Sequence[str] = (
@@ -74,6 +78,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         "model_as_of",
         "engine",
         "engine_options",
+        "force",
     )
     template_fields_renderers = {
         "model": "json",
@@ -102,10 +107,15 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         engine_options: dict[str, Any] | None = None,
         deferrable: bool = False,
         poll_interval: float = 15.0,
+        force: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         from airflow_provider_dltrain.inference.spec import ScoringSpec
+        from airflow_provider_dltrain.utils.input_checks import check_force
+
+        self.force = force
+        check_force(force, rendered=False)  # a literal that is not a bool fails when the DAG is parsed
 
         check_engine_name(engine)
         self.model = model
@@ -206,17 +216,39 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
             tracking = self._tracking()
             chosen = resolve_scoring_model(self.model, tracking, self.model_as_of or None, field="model")
             self.log.info("model %s resolved to %s", self.model, chosen.model_uri)
-            spec = self.run_spec(context, chosen, tracking)
             storage = {
                 ref.uri: self._storage_options(self.input_aws_conn_id, ref.uri),
                 self.table_uri: self._storage_options(self.aws_conn_id, self.table_uri),
             }
+            rerun = self._rerun_check(chosen, ref, storage.get)
+            self.log.info("%s", rerun.reason)
+            if rerun.result is not None:  # unchanged: no model load, no Spark session, no job
+                return self._done(context, rerun.result)
+            spec = rerun.apply(self.run_spec(context, chosen, tracking))
             result = self.run_stage_on_engine(
                 context,
                 spec,
                 lambda: run_stage(spec, storage=storage.get, tracking=tracking),
             )
         return self._done(context, result)
+
+    def _rerun_check(self, chosen: ScoringModel, ref: DeltaRef, storage: Any) -> RerunCheck:
+        import dataclasses
+
+        from airflow_provider_dltrain.engines.rerun_check import check_score
+        from airflow_provider_dltrain.lake.partition import validate_partition
+        from airflow_provider_dltrain.utils.input_checks import check_force
+
+        params = {
+            "model": chosen.to_dict(),
+            "input": ref.to_dict(),
+            "input_filter": self.input_filter,
+            "scoring": dataclasses.asdict(self.scoring),
+            "allow_pickle": self.allow_pickle,
+        }
+        partition = validate_partition(self.partition, formats=self.scoring.partition_formats)
+        force = check_force(self.force, rendered=True)
+        return check_score(self.table_uri, partition, params, storage, force=force)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         with fail_fast_on_user_error():
@@ -228,7 +260,8 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
 
     def _done(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         self.log.info(
-            "scored with model %s v%s into %s version %d",
+            "%s model %s v%s into %s version %d",
+            "unchanged: already scored with" if result.get("skipped") else "scored with",
             result.get("model_name"),
             result.get("model_version"),
             result["uri"],
@@ -245,7 +278,8 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
             if getattr(outlet, "uri", None) is not None:
                 context["outlet_events"][outlet].extra = extra
         self._keep_for_lineage(result, input=self._input_ref().to_dict(), tracking_uri=self._tracking_uri())
-        return {k: result[k] for k in ("uri", "version", "timestamp") if k in result}
+        keys = ("uri", "version", "timestamp", "committed", "skipped", "reason")
+        return {k: result[k] for k in keys if k in result}
 
     def _tracking_uri(self) -> str | None:
         try:

@@ -11,7 +11,7 @@ from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.utils.input_checks import check_partition
+from airflow_provider_dltrain.utils.input_checks import check_force, check_partition
 from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     :param aws_conn_id: Airflow ``aws`` connection for an ``s3://`` target table, and for inputs that
         name none (ignored for local paths).
     :param spark_conf: extra Spark settings for the session.
+    :param force: run the stage even when its partition would be rewritten with the content it holds
+        (by default such a run starts no Spark session and submits no job; see the README's
+        "Unchanged re-runs") (templated: ``True``, ``False`` or their text).
     """
 
     template_fields: Sequence[str] = (
@@ -61,6 +64,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         "write_options_",
         "engine",
         "engine_options",
+        "force",
     )
     template_fields_renderers = {"partition": "json", "inputs": "json", "transform_params": "json"}
     ui_color = "#e5f2ff"
@@ -81,10 +85,13 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         engine_options: dict[str, Any] | None = None,
         deferrable: bool = False,
         poll_interval: float = 15.0,
+        force: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_engine_name(engine)
+        self.force = force
+        check_force(force, rendered=False)  # a literal that is not a bool fails when the DAG is parsed
         self.table_uri = table_uri
         self.partition = partition
         self.transform = transform
@@ -150,11 +157,18 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_dltrain.engines.rerun_check import check_etl
         from airflow_provider_dltrain.engines.stages import run_stage
 
         with fail_fast_on_user_error():
             spec = self.run_spec(context)
             local_transform = self.transform if callable(self.transform) else None
+            force = check_force(self.force, rendered=True)
+            rerun = check_etl(spec, self._storage(), transform=local_transform, force=force)
+            self.log.info("%s", rerun.reason)
+            if rerun.result is not None:  # unchanged: no Spark session, no job
+                return self._done(context, rerun.result)
+            spec = rerun.apply(spec)
             result = self.run_stage_on_engine(
                 context,
                 spec,

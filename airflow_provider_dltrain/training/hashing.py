@@ -74,16 +74,35 @@ def code_identity(train_fn: Callable[..., Any], code_version: str | None = None)
         return CodeIdentity(hashlib.sha256(f"code_version:{version}".encode()).hexdigest(), (), version)
     target = inspect.unwrap(train_fn)
     name = f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', repr(target))}"
-    digest = hashlib.sha256(name.encode())
-    digest.update(b"\n")
     sources = module_sources(getattr(target, "__module__", None) or "")
     if not sources:  # a REPL, a notebook cell or a function built at run time: no module file
+        digest = hashlib.sha256(name.encode())
+        digest.update(b"\n")
         digest.update(_function_source(target).encode())
         return CodeIdentity(digest.hexdigest(), ())
+    return CodeIdentity(_sources_digest(name, sources), tuple(sorted(sources)))
+
+
+def named_code_hash(target: str) -> str | None:
+    """The :func:`code_identity` hash of ``"package.module:function"``, read without importing it.
+
+    ``None`` when the module has no source file here (not installed, an extension module): then
+    nothing names the code, and a caller must not treat it as unchanged.
+    """
+    module, sep, qualname = str(target).strip().partition(":")
+    if not (sep and module and qualname):
+        return None
+    sources = module_sources(module)
+    return _sources_digest(f"{module}:{qualname}", sources) if sources else None
+
+
+def _sources_digest(name: str, sources: Mapping[str, bytes]) -> str:
+    digest = hashlib.sha256(name.encode())
+    digest.update(b"\n")
     for module in sorted(sources):
         digest.update(f"\0module {module}\0".encode())
         digest.update(sources[module])
-    return CodeIdentity(digest.hexdigest(), tuple(sorted(sources)))
+    return digest.hexdigest()
 
 
 def code_hash(train_fn: Callable[..., Any], code_version: str | None = None) -> str:

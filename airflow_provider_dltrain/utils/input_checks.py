@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InvalidPartitionError
+from airflow_provider_dltrain.exceptions import InvalidPartitionError, InvalidSpecError
 from airflow_provider_dltrain.lake import partition as part
 
 
@@ -56,3 +56,20 @@ def check_dates(dates: Mapping[str, Any], *, rendered: bool) -> None:
         if not rendered and (is_templated(value) or not isinstance(value, (str, dt.date))):
             continue
         part.check_date(value, field)
+
+
+def check_force(value: Any, *, rendered: bool, field: str = "force") -> bool:
+    """``force`` as a bool: ``True``/``False`` or, once a template rendered it, their text.
+
+    Unrendered (``__init__``), a template or an ``XComArg`` passes as False until ``execute``.
+    """
+    if isinstance(value, bool):
+        return value
+    if not rendered and (is_templated(value) or not isinstance(value, (str, int, type(None)))):
+        return False
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none"):
+        return False
+    raise InvalidSpecError(f"{field} must be True or False, got {value!r:.100}")

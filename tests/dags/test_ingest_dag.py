@@ -31,6 +31,7 @@ def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_chang
     assert again.ok, again.tail
     written = [o.state["xcom"]["ingest_images"] for o in (first, again)]
     assert [(w["version"], w["committed"]) for w in written] == [(0, True), (0, False)]
+    assert written[1]["skipped"] is True and "no Spark session or job started" in written[1]["reason"]
     assert first.state["run_id"] != again.state["run_id"]
     uri = paths.table("digits")
     table = lake.open_table(uri)
@@ -40,6 +41,7 @@ def test_ingest_dag_run_for_a_date_writes_that_dates_partition_and_a_rerun_chang
     assert lake.open_table(paths.table("digits_quarantine")).to_pyarrow_table().num_rows == 3
     info = lake.DeltaLog(uri).commit_info(table.version())
     assert info["airflow.dag_id"] == "dltrain_ingest" and info["airflow.task_id"] == "ingest_images"
+    assert info["dltrain.rerun_changed"] == "first write" and '"stage":"etl"' in info["dltrain.rerun_facts"]
     assert info["airflow.run_id"] == first.state["run_id"] and info["airflow.run_id"].startswith("manual__")
     events = _asset_events(demo_home)
     # same landing files: the re-run commits nothing and its event says so, naming the same version

@@ -117,7 +117,7 @@ class Demo:
 def demo(tmp_path_factory):
     old = os.environ.get("DLTRAIN_HOME")
     d = Demo(tmp_path_factory.mktemp("nightly") / "home")
-    d.run(
+    nightly = d.run(
         [
             (dag, ds, {"hparams": FAST} if dag == "dltrain_retrain" else None)
             for ds in DATES
@@ -138,6 +138,8 @@ def demo(tmp_path_factory):
         },
         "score_versions": {ds: d.outcome("dltrain_retrain", ds)["xcom"]["score"]["version"] for ds in DATES},
         "reports": {key: state["report"] for key, state in d.latest.items()},
+        # the log of each nightly run of D2 (the runner rewrites a date's log file when it runs again)
+        "logs": {(o.dag_id, o.ds): _read(o.log_path) for o in nightly if o.ds == D2},
     }
     yield d
     d.runner.__exit__(None, None, None)
@@ -145,6 +147,16 @@ def demo(tmp_path_factory):
         os.environ.pop("DLTRAIN_HOME", None)
     else:
         os.environ["DLTRAIN_HOME"] = old
+
+
+def _read(path):
+    with open(path) as fh:
+        return fh.read()
+
+
+def _spark_wrote(log, ds):
+    """Whether a run's log shows a Spark job writing partition ``ds`` (SparkProgress's line)."""
+    return f"writing ds={ds} of" in log
 
 
 def _newest(uri):
@@ -173,10 +185,20 @@ def test_nightly_runs_score_every_date_once_with_the_champion_for_that_date(demo
 def test_rerunning_a_whole_day_twice_with_untouched_landing_files_changes_nothing(demo):
     tables = _tables(demo)
     day = [("dltrain_ingest", D2, None), ("dltrain_retrain", D2, {"hparams": FAST})]
-    outcomes = demo.run(day + day)  # the whole day, twice, back to back
+    nightly_logs = demo.nightly["logs"]
+    assert all(_spark_wrote(nightly_logs[(dag, D2)], D2) for dag in ("dltrain_ingest", "dltrain_retrain"))
+    outcomes = []
+    for _ in range(2):  # the whole day, twice, back to back
+        ran = demo.run(day)
+        for o in ran:  # decided from the facts recorded in the partitions' commits: Spark did nothing
+            log = _read(o.log_path)
+            assert not _spark_wrote(log, D2) and "no Spark session or job started" in log, o.log_path
+        outcomes += ran
     for ingest_run, retrain_run in (outcomes[:2], outcomes[2:]):
         ingest = ingest_run.state["xcom"]["ingest_images"]
         assert ingest["committed"] is False and ingest["version"] == demo.nightly["ingest_versions"][D2]
+        assert ingest["skipped"] is True and "unchanged since version" in ingest["reason"]
+        assert retrain_run.state["xcom"]["score"]["skipped"] is True
         state = retrain_run.state
         assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
         assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]

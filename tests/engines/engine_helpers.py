@@ -25,3 +25,44 @@ def aws_client(service: str, endpoint: str):
 def aws_connection(endpoint: str) -> str:
     """An Airflow ``aws`` connection (as the JSON of an ``AIRFLOW_CONN_*`` variable) to the fake AWS."""
     return connection_json(endpoint)
+
+
+def submitted(endpoint: str) -> dict[str, int]:
+    """How many jobs were ever submitted to the fake AWS, per kind, whatever their state now."""
+    glue = aws_client("glue", endpoint)
+    glue_runs = sum(
+        len(runs["JobRuns"])
+        for page in glue.get_paginator("get_jobs").paginate()
+        for job in page["Jobs"]
+        for runs in glue.get_paginator("get_job_runs").paginate(JobName=job["Name"])
+    )
+    emr = aws_client("emr", endpoint)
+    clusters = [c["Id"] for page in emr.get_paginator("list_clusters").paginate() for c in page["Clusters"]]
+    steps = sum(len(emr.list_steps(ClusterId=c)["Steps"]) for c in clusters)
+    es = aws_client("emr-serverless", endpoint)
+    es_runs = 0
+    for page in es.get_paginator("list_applications").paginate():
+        for app in page["applications"]:
+            try:
+                es_runs += sum(
+                    len(p["jobRuns"])
+                    for p in es.get_paginator("list_job_runs").paginate(applicationId=app["id"])
+                )
+            except es.exceptions.ResourceNotFoundException:
+                continue  # moto: an application that never had a run
+    sm = aws_client("sagemaker", endpoint)
+    training = sum(len(p["TrainingJobSummaries"]) for p in sm.get_paginator("list_training_jobs").paginate())
+    ec2 = aws_client("ec2", endpoint)
+    instances = sum(
+        len(r["Instances"])
+        for p in ec2.get_paginator("describe_instances").paginate()
+        for r in p["Reservations"]
+    )
+    return {
+        "glue job runs": glue_runs,
+        "emr clusters": len(clusters),
+        "emr steps": steps,
+        "emr serverless job runs": es_runs,
+        "sagemaker training jobs": training,
+        "ec2 instances": instances,
+    }

@@ -5,8 +5,10 @@ moto → the local executor → the job script → Delta on S3), and training ru
 cluster (``DLTRAIN_TRAIN_BACKEND=ec2``): two "instances" whose user data the fake AWS boots
 locally, torchrun over loopback (2 nodes x 1 process) reading the pinned Delta version from the
 fake S3 and logging the model into the MLflow run the launcher opened. The nightly for D runs on
-Glue; the same date re-run on EMR and then on EMR Serverless gives the same answer: no new commit,
-nothing trained, identical predictions. No instance, cluster or job is left running.
+Glue; re-run with unchanged inputs it submits nothing at all (no Glue, EMR, EMR Serverless or
+SageMaker job, no instance); forced (``{"force": true}``) on EMR and then on EMR Serverless it gives
+the same answer: no new commit, nothing trained, identical predictions. No instance, cluster or job
+is left running.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import uuid
 from datetime import date
 
 import pytest
-from engine_helpers import aws_client
+from engine_helpers import aws_client, submitted
 
 pytestmark = pytest.mark.slow
 
@@ -128,8 +130,18 @@ def test_nightly_on_glue_then_the_same_date_on_emr_and_emr_serverless_gives_the_
         "dltrain-dltrain_retrain-score",
     }
 
+    # unchanged inputs: decided from the facts recorded in the partitions' commits, nothing submitted
+    before = submitted(lake_on_s3["endpoint"])
+    outcomes = _run(monkeypatch, "glue", options, runs)
+    assert submitted(lake_on_s3["endpoint"]) == before
+    ingest, retrain = outcomes[0].state, outcomes[1].state
+    assert ingest["xcom"]["ingest_images"]["skipped"] is True
+    assert retrain["xcom"]["score"]["skipped"] is True and retrain["tasks"]["train"] == "skipped"
+    assert _predictions(predictions, storage) == (version, rows)
+
+    forced = [(dag, ds, {**(conf or {}), "force": True}) for dag, ds, conf in runs]
     for engine in ("emr", "emr_serverless"):
-        _run(monkeypatch, engine, options, runs)
+        _run(monkeypatch, engine, options, forced)
         assert _predictions(predictions, storage) == (version, rows), f"{engine} changed the predictions"
         from deltalake import DeltaTable
 

@@ -2,7 +2,8 @@
 
 The lake is on the fake AWS's S3; ETL and scoring run in local Spark; training runs as a SageMaker
 training job (the fake's container runs it under the SDK's torchrun driver, 2 ranks) that logs the
-model into the deployment's MLflow store, which the gate and the scoring then use.
+model into the deployment's MLflow store, which the gate and the scoring then use. Run again with
+unchanged inputs, the date submits no SageMaker job (nor any other) and starts no Spark.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import uuid
 from datetime import date
 
 import pytest
-from engine_helpers import aws_client, aws_connection
+from engine_helpers import aws_client, aws_connection, submitted
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +67,12 @@ def test_the_retrain_dag_trains_on_sagemaker_and_registers_the_jobs_model(
     assert len(versions) == 1 and ours, (versions, jobs)
     run = client.get_run(versions[0].run_id)
     assert run.data.tags["dltrain.backend"] == "sagemaker" and run.info.status == "FINISHED"
+
+    before = submitted(endpoint)
+    again = run_dags(runs, env)
+    assert [o.ok for o in again] == [True, True], again[-1].tail
+    assert submitted(endpoint) == before  # no training job, no instance, no Spark job
+    assert again[1].state["tasks"]["train"] == "skipped"
+    assert again[0].state["xcom"]["ingest_images"]["skipped"] is True
+    assert again[1].state["xcom"]["score"]["skipped"] is True
+    assert len(client.search_model_versions("name='dltrain_digits'")) == 1

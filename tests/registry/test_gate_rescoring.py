@@ -200,7 +200,7 @@ def test_the_training_hparams_are_kept_on_the_version_for_the_evaluation(store, 
 # -- RegisterModelOperator -------------------------------------------------------------------------
 
 
-def run_operator(store, monkeypatch, result, ds, **kwargs) -> dict:
+def run_operator(store, monkeypatch, result, ds, run_id=None, **kwargs) -> dict:
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps({"conn_type": "mlflow", "host": store.tracking_uri})
     )
@@ -212,7 +212,7 @@ def run_operator(store, monkeypatch, result, ds, **kwargs) -> dict:
         data_cutoff="{{ ds }}",
         **kwargs,
     )
-    run_id = f"scheduled__{ds}T00:00:00+00:00"
+    run_id = run_id or f"scheduled__{ds}T00:00:00+00:00"
     ti = SimpleNamespace(dag_id="retrain", run_id=run_id, task_id="register", try_number=1)
     ctx = {"ti": ti, "run_id": run_id, "ds": ds, "logical_date": None}
     op.render_template_fields(ctx)
@@ -232,6 +232,28 @@ def test_the_operator_rescores_both_models_with_evaluate_fn(store, trained, name
     assert ref["eval_rows"] == int(tags["dltrain.gate.eval_rows"])
     line = f"Rescored val_accuracy: candidate {ref['candidate_value']}, champion {ref['champion_value']}"
     assert line in capsys.readouterr().out
+
+
+def test_registering_a_gated_run_again_loads_no_model_and_replays_the_same_answer(
+    store, trained, name, monkeypatch
+):
+    from airflow_provider_dltrain.registry import evaluate, loading
+
+    kwargs = {"model_name": name, "evaluate_fn": DEMO_EVALUATE}
+    run_operator(store, monkeypatch, trained.champion, DAYS[0], **kwargs)
+    first = run_operator(store, monkeypatch, trained.challenger, DAYS[1], **kwargs)
+    loads: list[str] = []
+    for module, fn in (
+        (loading, "load_torch_model"),
+        (loading, "check_loadable"),
+        (evaluate, "load_version"),
+    ):
+        monkeypatch.setattr(module, fn, lambda *a, _fn=fn, **k: loads.append(_fn))
+    # the same training run again: the task cleared, or a manual run of the same date
+    for run_id in (None, f"manual__{DAYS[1]}T06:00:00+00:00"):
+        assert run_operator(store, monkeypatch, trained.challenger, DAYS[1], run_id, **kwargs) == first
+    assert loads == []
+    assert len(store.client().search_model_versions(f"name = '{name}'")) == 2
 
 
 def test_the_operator_scores_a_templated_fixed_evaluation_table(

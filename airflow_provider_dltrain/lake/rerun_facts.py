@@ -1,0 +1,136 @@
+"""What the commit that last wrote a partition recorded, and a cheap fingerprint of a pinned version's rows.
+
+Both serve the decision an operator takes before it starts Spark or submits a job: would this run
+rewrite the partition with the content it already holds? The facts a write was computed from are
+recorded in its commit (:data:`META_RERUN_FACTS`); :func:`last_write` finds the commit that last
+touched a partition (an overwrite, another tool's delete or compaction alike) by walking the log
+back from the newest version, so its cost is the number of commits made since.
+
+:func:`version_fingerprint` names the rows a pinned version gives a reader with a filter, without
+reading them: per partition the content digest its last commit recorded
+(:mod:`~airflow_provider_dltrain.lake.digest`), or, where none was recorded, its data files and the
+rows their deletion vectors drop (Delta data files are never rewritten in place), plus the schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_dltrain.lake import history
+from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.digest import (
+    META_DIGEST,
+    META_PARTITION,
+    canonical_partition,
+    canonical_schema,
+)
+from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.storage import StorageOptions
+
+# Commit metadata keys of the operators' writes.
+META_RERUN_FACTS = "dltrain.rerun_facts"  # JSON: the facts the write was computed from
+META_RERUN_CHANGED = "dltrain.rerun_changed"  # why it was computed: the facts that changed, or another reason
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class LastWrite:
+    """The commit that last added or removed files of a partition, as of the newest version."""
+
+    ref: DeltaRef
+    info: dict[str, Any]  # its commitInfo
+    newest: int  # the table's newest version when it was looked up
+    metadata_changed_since: bool  # a later commit changed the schema, partitioning or properties
+    rows: int | None  # rows its files hold in the partition (their stats), None when unknown
+
+    def recorded_facts(self) -> dict[str, Any] | None:
+        """The facts it recorded for exactly this partition, or None (another tool, an older release)."""
+        text = self.info.get(META_RERUN_FACTS)
+        if not text:
+            return None
+        try:
+            facts = json.loads(text)
+        except ValueError:
+            return None
+        return facts if isinstance(facts, dict) else None
+
+    def wrote(self, partition: Mapping[str, object]) -> bool:
+        """Whether the commit says it replaced exactly ``partition`` (every write of this provider does)."""
+        return self.info.get(META_PARTITION) == canonical_partition(part.validate_partition(partition))
+
+
+def last_write(
+    uri: str, partition: Mapping[str, object], storage_options: StorageOptions | None = None
+) -> LastWrite | None:
+    """The newest commit that touched ``partition``; None with no table, no such commit or a cleaned-up log."""
+    spec = part.validate_partition(partition)
+    log = DeltaLog(uri, storage_options)
+    newest = log.latest_version()
+    if newest is None:
+        return None
+    key = history.key_of(spec)
+    metadata = False
+    try:
+        for commit in history.walk_back(log, newest, f"partition {spec}"):
+            if any(history.key_of(values) == key for values in commit.partitions):
+                rows = _rows_added(log, commit.version, key)
+                return LastWrite(commit.ref(log.uri), commit.info, newest, metadata, rows)
+            metadata = metadata or commit.changes_metadata
+    except history.LogRetentionError:
+        return None
+    return None
+
+
+def _rows_added(log: DeltaLog, version: int, key: history.Key) -> int | None:
+    total = 0
+    for action in log.commit_actions(version):
+        add = action.get("add")
+        if not add or history.key_of(dict(add.get("partitionValues") or {})) != key:
+            continue
+        try:
+            total += int(json.loads(add.get("stats") or "{}")["numRecords"])
+        except (KeyError, TypeError, ValueError):
+            return None
+    return total
+
+
+def version_fingerprint(
+    ref: DeltaRef, filters: Any = None, storage_options: StorageOptions | None = None
+) -> dict[str, Any]:
+    """``{"partitions", "files", "hash"}`` naming the rows ``ref`` gives a reader with ``filters``.
+
+    ``filters`` are delta-rs DNF tuples; the filter itself is not part of the hash (the caller
+    records it with its parameters). Reads the log only: no data file is opened.
+    """
+    from airflow_provider_dltrain.lake.table import ScanFile, scan_version
+
+    scan = scan_version(ref, storage_options, filters)
+    groups: dict[history.Key, list[ScanFile]] = {}
+    for f in scan.files:
+        groups.setdefault(history.key_of(dict(f.partition)), []).append(f)
+    log = DeltaLog(ref.uri, storage_options)
+    writes = history.newest_writes(log, ref.version, list(groups), "partitions read", stop_at_gap=True)
+    parts = []
+    for key, files in groups.items():
+        name = canonical_partition(dict(key))
+        commit = writes.get(key)
+        info = commit.info if commit is not None else {}
+        digest = info.get(META_DIGEST) if info.get(META_PARTITION) == name else None
+        if digest:
+            parts.append([name, "digest", digest])
+        else:  # written by another tool, or deleted from since: the files themselves name the rows
+            parts.append([name, "files", sorted([f.uri, list(f.deleted_rows)] for f in files)])
+    text = _json({"schema": canonical_schema(scan.schema), "partitions": sorted(parts)})
+    return {
+        "partitions": len(groups),
+        "files": len(scan.files),
+        "hash": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
