@@ -33,7 +33,15 @@ IDENTITY = {
     "dltrain.params_hash": "hyper-parameters",
 }
 # commitInfo keys that say nothing about the content (who committed, when, how many retries)
-_VOLATILE = {"dltrain.partition", "dltrain.txn", "dltrain.attempt"}
+# (the recorded re-run facts are summarised by ``dltrain.rerun_changed``: which of them changed)
+_VOLATILE = {
+    "dltrain.partition",
+    "dltrain.txn",
+    "dltrain.attempt",
+    "dltrain.rerun_facts",
+    "dltrain.rerun_changed",
+}
+RERUN_CHANGED = "dltrain.rerun_changed"
 _WORDS = {
     "dltrain.content_digest": "rows",
     "dltrain.model_version": "model version",
@@ -312,6 +320,8 @@ def _commit_change(
         for key in sorted(set(before) | set(commit))
         if key.startswith("dltrain.") and key not in _VOLATILE and before.get(key) != commit.get(key)
     ]
+    if commit.get(RERUN_CHANGED):  # the operator's own account of why it computed the partition again
+        diffs.insert(0, f"computed because: {commit[RERUN_CHANGED]}")
     return f"{head} (previous: version {before['version']}): " + (
         "; ".join(diffs) if diffs else "same recorded facts, rewritten"
     )

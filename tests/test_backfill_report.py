@@ -13,7 +13,7 @@ from airflow_provider_dltrain.backfill_report import DateReport, explain, format
 DAG, RUN, DS = "nightly", "scheduled__2026-11-25T00:00:00+00:00", "2026-11-25"
 
 
-def _write(uri, digest, *, run_id=RUN, try_number=1, task="ingest"):
+def _write(uri, digest, *, run_id=RUN, try_number=1, task="ingest", **extra):
     meta = {
         "airflow.dag_id": DAG,
         "airflow.run_id": run_id,
@@ -21,6 +21,7 @@ def _write(uri, digest, *, run_id=RUN, try_number=1, task="ingest"):
         "airflow.try_number": str(try_number),
         "dltrain.partition": json.dumps({"ds": DS}),
         "dltrain.content_digest": digest,
+        **extra,
     }
     data = pa.table({"ds": [DS], "x": [digest]})
     props = CommitProperties(custom_metadata=meta)
@@ -58,12 +59,18 @@ def test_a_cleared_rerun_under_the_same_run_id_that_committed_nothing_is_reprodu
 def test_a_restated_partition_is_changed_naming_the_partition_and_the_content(tmp_path):
     uri = str(tmp_path / "t")
     _write(uri, "a" * 64)
-    _write(uri, "b" * 64, try_number=2)  # the cleared run rewrote the partition with other rows
+    # the cleared run rewrote the partition with other rows, saying which recorded input changed
+    _write(
+        uri, "b" * 64, try_number=2, **{"dltrain.rerun_changed": "inputs.labels", "dltrain.rerun_facts": "{}"}
+    )
     report = explain(DAG, DS, [_run(uri, 1, 2)])
     assert report.verdict == "changed"
     (change,) = report.changes
     assert f"{uri} partition ds={DS} as version 1 (previous: version 0)" in change
-    assert "rows changed (content digest aaaaaaaaaaaa → bbbbbbbbbbbb)" in change
+    assert (
+        "computed because: inputs.labels; rows changed (content digest aaaaaaaaaaaa → bbbbbbbbbbbb)" in change
+    )
+    assert "rerun facts" not in change
     text = format_report([report, DateReport(DAG, "2026-11-26", "no run")])
     assert f"{DS}  changed" in text and "2026-11-26  no run of nightly" in text
     assert "total: 1 changed, 1 no run" in text
