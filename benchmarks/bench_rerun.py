@@ -41,8 +41,9 @@ def _env(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _day(ds: str) -> list[tuple[str, str, Any]]:
-    return [("dltrain_ingest", ds, None), ("dltrain_retrain", ds, {"hparams": FAST})]
+def _day(ds: str, conf: dict[str, Any] | None = None) -> list[tuple[str, str, Any]]:
+    """Both demo DAGs for ``ds``; ``conf=None``: the demo's own hyper-parameters, as ``make demo`` runs them."""
+    return [("dltrain_ingest", ds, None), ("dltrain_retrain", ds, conf)]
 
 
 def _timed(runner: Any, runs: list[tuple[str, str, Any]]) -> tuple[float, list[Any]]:
@@ -60,7 +61,7 @@ def _local() -> dict[str, Any]:
         from airflow_provider_dltrain.demo.run import DagRunner, airflow_env
         from airflow_provider_dltrain.demo.seed import seed
 
-        seed(paths.landing(), D1, 2, per_day=200)
+        seed(paths.landing(), D1, 2)  # the demo's dates, as `make demo` seeds them
         with DagRunner(airflow_env()) as runner:
             warm, _ = _timed(runner, _day(D1.isoformat()))
             first, _ = _timed(runner, _day(D2.isoformat()))
