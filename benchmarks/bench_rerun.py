@@ -114,9 +114,9 @@ def _cloud() -> dict[str, Any]:
 
             seed(paths.landing(), D1, 1, per_day=120)
             with DagRunner(airflow_env()) as runner:
-                first, _ = _timed(runner, _day(D1.isoformat()))
+                first, _ = _timed(runner, _day(D1.isoformat(), {"hparams": FAST}))
                 before = _job_runs(fake)
-                again, outcomes = _timed(runner, _day(D1.isoformat()))
+                again, outcomes = _timed(runner, _day(D1.isoformat(), {"hparams": FAST}))
                 after = _job_runs(fake)
         leaks = fake.leaks()
     if leaks:
