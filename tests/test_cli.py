@@ -73,8 +73,7 @@ def test_lineage_reads_an_s3_table_through_a_connection_or_storage_options_witho
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"predictions {uri} version 0" in proc.stdout
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert not {m for m in imported if m == "airflow" or m.startswith("airflow.")}  # no Airflow needed
+    assert not _imported(proc.stderr, "airflow")  # no Airflow needed
 
 
 def test_lineage_of_an_s3_table_without_settings_names_each_missing_one_and_how_to_pass_it(
@@ -144,8 +143,17 @@ def test_champion_command_prints_history_and_the_champion_for_a_date(bare_env, t
     assert any(line.startswith("  from 2026-11-26  v2") and "vs v1 0.9" in line for line in lines), out.stdout
     assert "live alias 'champion': v2" in out.stdout
     assert "champion for 2026-11-25: v1" in out.stdout
-    before = _dltrain("champion", "m", "--as-of", "2026-11-01", "--tracking-uri", uri, env=bare_env)
+    # found through $MLFLOW_TRACKING_URI, after looking for mlflow_default without importing Airflow
+    found = {**bare_env, "MLFLOW_TRACKING_URI": uri}
+    before = _dltrain("champion", "m", "--as-of", "2026-11-01", env=found, flags=("-X", "importtime"))
     assert "champion for 2026-11-01: none" in before.stdout
+    assert not _imported(before.stderr, "airflow")
+
+
+def _imported(importtime: str, package: str) -> set[str]:
+    """The modules of ``package`` in a ``python -X importtime`` report."""
+    names = {line.rsplit("|", 1)[-1].strip() for line in importtime.splitlines() if "|" in line}
+    return {n for n in names if n == package or n.startswith(f"{package}.")}
 
 
 def test_vacuum_command_removes_files_of_killed_writes_and_keeps_referenced_ones(bare_env, tmp_path):
