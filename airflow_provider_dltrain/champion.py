@@ -8,12 +8,13 @@ A tool that only reads must never create an empty store and then report "not fou
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig, redact_uri
+from airflow_provider_dltrain.registry.config import TrackingConfig, redact_uri, tracking_config_from
 
 
 class NoStoreError(InvalidSpecError):
@@ -21,25 +22,47 @@ class NoStoreError(InvalidSpecError):
 
 
 def _connection_config() -> TrackingConfig | None:
-    """The ``mlflow_default`` connection's store when that connection is defined, else None."""
+    """The ``mlflow_default`` connection's store when that connection is defined, else None.
+
+    Read as Airflow reads it outside a task (its secrets backend, then ``AIRFLOW_CONN_MLFLOW_DEFAULT``),
+    without importing Airflow unless a secrets backend is configured.
+    """
+    from airflow_provider_dltrain.connections import get_connection
+
     try:
-        from airflow.sdk import BaseHook
-
-        from airflow_provider_dltrain.hooks.mlflow import tracking_config_from
-
-        conn = BaseHook.get_connection("mlflow_default")
-    except Exception:  # Airflow not configured here, or no such connection: not an error for a CLI
+        conn = get_connection("mlflow_default")
+    except ImportError:  # a secrets backend is configured but Airflow is not installed here
         return None
-    return tracking_config_from(conn)
+    return tracking_config_from(conn) if conn is not None else None
 
 
-def cli_tracking(tracking_uri: str | None = None) -> TrackingConfig:
-    """Where a read-only command finds MLflow; refuses a SQLite store that does not exist yet."""
+# What MLflow's own S3 access (artifacts, a SigV4-signed server) reads, from the storage options.
+_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN": "AWS_SESSION_TOKEN",
+    "AWS_REGION": "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL": "MLFLOW_S3_ENDPOINT_URL",
+}
+
+
+def cli_tracking(
+    tracking_uri: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> TrackingConfig:
+    """Where a read-only command finds MLflow; refuses a SQLite store that does not exist yet.
+
+    ``storage_options`` (from ``--aws-conn-id`` / ``--storage-option``) also reach MLflow's calls
+    as the AWS environment it reads, for a store that keeps artifacts on S3.
+    """
     if tracking_uri:
         config = TrackingConfig(tracking_uri=tracking_uri)
     else:
         config = _connection_config() or TrackingConfig(tracking_uri=_env_or_home_uri())
     _require_store(config.tracking_uri)
+    given = dict(storage_options or {})
+    aws = {env: str(given[key]) for key, env in _AWS_ENV.items() if given.get(key)}
+    if aws:
+        config = TrackingConfig(config.tracking_uri, config.registry_uri, {**config.env, **aws})
     return config
 
 

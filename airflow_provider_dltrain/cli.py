@@ -34,15 +34,38 @@ def cmd_demo_run(args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.champion import cli_tracking
-    from airflow_provider_dltrain.lineage import print_lineage
+    from airflow_provider_dltrain.connections import cli_storage_options, storage_failure
+    from airflow_provider_dltrain.lake.storage import is_remote
+    from airflow_provider_dltrain.lineage import format_lineage, lineage
 
-    return print_lineage(args.table_uri, args.version, tracking=cli_tracking(args.tracking_uri))
+    options = cli_storage_options(args.aws_conn_id, args.storage_option)
+    tracking = cli_tracking(args.tracking_uri, options)
+    try:
+        chain = lineage(args.table_uri, args.version, tracking=tracking, storage_options=options)
+    except Exception as err:
+        if not (is_remote(args.table_uri) and _storage_error(err)):
+            raise
+        raise storage_failure(args.table_uri, options, err) from err
+    print(format_lineage(chain))
+    return 0
+
+
+def _storage_error(err: BaseException) -> bool:
+    """An error of the storage layer (pyarrow's S3 filesystem, delta-rs), not of this provider."""
+    from airflow_provider_dltrain.exceptions import DltrainError
+
+    module = type(err).__module__ or ""
+    return not isinstance(err, DltrainError) and (
+        isinstance(err, OSError) or module.startswith(("pyarrow", "deltalake", "_deltalake"))
+    )
 
 
 def cmd_champion(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.champion import champion_report, cli_tracking, format_champion
+    from airflow_provider_dltrain.connections import cli_storage_options
 
-    report = champion_report(cli_tracking(args.tracking_uri), args.model, args.as_of, args.alias)
+    tracking = cli_tracking(args.tracking_uri, cli_storage_options(args.aws_conn_id, args.storage_option))
+    report = champion_report(tracking, args.model, args.as_of, args.alias)
     print(format_champion(report))
     return 0
 
@@ -96,6 +119,20 @@ def _tracking_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="MLflow store (default: the mlflow_default connection, else $MLFLOW_TRACKING_URI, "
         "else $DLTRAIN_HOME/mlflow.db); never created by this command",
+    )
+    parser.add_argument(
+        "--aws-conn-id",
+        default=None,
+        help="Airflow aws connection for s3:// tables (and MLflow's S3 artifacts), read from "
+        "AIRFLOW_CONN_<ID> or the configured secrets backend; no running Airflow needed",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an S3 setting, e.g. AWS_REGION=eu-west-1, AWS_ENDPOINT_URL=http://localhost:9000, "
+        "AWS_ACCESS_KEY_ID=...; repeatable; applied over the connection's",
     )
 
 

@@ -26,7 +26,14 @@ class InvalidPartitionError(InvalidSpecError):
 
 
 class SchemaMismatchError(DltrainUserError):
-    """The data's schema conflicts with the table's; the message names the columns."""
+    """The data's schema conflicts with the table's, or an input lacks columns the transform needs.
+
+    The message names the table or input file and the columns: those expected and those present.
+    """
+
+
+class NoFilesMatchedError(DltrainUserError):
+    """An input's glob matches no file where the input points; the message names the glob and the path."""
 
 
 class BadDataError(DltrainUserError):

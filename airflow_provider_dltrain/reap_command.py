@@ -12,17 +12,12 @@ import contextlib
 import sys
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.engines.reaper import (
-    Clients,
-    IsTaskRunning,
-    Outcome,
-    parse_duration,
-    reap,
-    running_by_task_states,
-)
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+if TYPE_CHECKING:  # the reaper (boto3 and every engine) loads only when ``reap`` runs
+    from airflow_provider_dltrain.engines.reaper import Clients, IsTaskRunning, Outcome
 
 
 def add_reap_parser(sub: Any) -> None:
@@ -53,6 +48,8 @@ def add_reap_parser(sub: Any) -> None:
 
 
 def _duration(text: str) -> timedelta:
+    from airflow_provider_dltrain.engines.reaper import parse_duration
+
     try:
         return parse_duration(text)
     except InvalidSpecError as err:
@@ -60,6 +57,8 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
+    from airflow_provider_dltrain.engines.reaper import reap
+
     if args.all_finished_tasks:
         lookup: IsTaskRunning = _nothing_runs
     else:
@@ -140,6 +139,8 @@ def metadata_db_lookup() -> IsTaskRunning | str:
             return f"{_redacted(engine)} has no task_instance table: not a migrated Airflow DB"
     except Exception as err:  # no Airflow, bad URL, unreachable server: all mean "no DB to ask"
         return f"{type(err).__name__}: {err}"
+    from airflow_provider_dltrain.engines.reaper import running_by_task_states
+
     print(f"asking {_redacted(engine)} which tasks still run", file=sys.stderr)
     return running_by_task_states(db_task_states)
 

@@ -64,13 +64,18 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     Every landed image yields exactly one row, good or quarantined with a reason that is the same on
     every run: an undecodable or empty file, no label, several labels for the file, a label that is
     not an integer or outside ``0..num_classes-1`` (``params["num_classes"]``, default 10). One bad
-    row never fails the day.
+    row never fails the day. An input without the columns it needs (``labels.csv`` without a
+    ``label`` column) fails the task at once, naming the file and its columns: no retry can fix it.
     """
     from pyspark.sql import functions as F
 
+    from airflow_provider_dltrain.etl.transform import require_columns
+
     size = int(params.get("image_size", IMAGE_SIZE))
     classes = int(params.get("num_classes", NUM_CLASSES))
-    images = inputs["images"].select("path", "content")
+    images = require_columns(inputs["images"], ["path", "content"], input_name="images")
+    labels_in = require_columns(inputs["labels"], ["file", "label"], input_name="labels")
+    images = images.select("path", "content")
     decoded = images.mapInPandas(
         lambda it: _decode_batches(it, size),
         "file string, source_file string, features array<float>, _error string",
@@ -78,8 +83,7 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     decoded = decoded.unionByName(_empty_files(spark, inputs))
     # One row per file, whatever labels.csv holds: a duplicated file must not duplicate its image.
     labels = (
-        inputs["labels"]
-        .select(F.col("file"), F.trim(F.col("label").cast("string")).alias("raw"))
+        labels_in.select(F.col("file"), F.trim(F.col("label").cast("string")).alias("raw"))
         .groupBy("file")
         .agg(F.count(F.lit(1)).alias("n_labels"), F.min("raw").alias("raw"))
     )

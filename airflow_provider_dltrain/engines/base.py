@@ -112,6 +112,9 @@ class Engine(Protocol):
         """The job's result JSON; raises :class:`JobFailedError` when the job wrote none."""
         ...
 
+    # Optional: ``log_location(handle) -> str``, where the job's logs are (CloudWatch group and
+    # stream, an S3 prefix, a file); read through :func:`log_location`, which never raises.
+
 
 def wait(
     engine: Engine,
@@ -151,7 +154,55 @@ def outcome(engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, A
     reason = written.get("error") or status.message or "no reason given by the service"
     what = "was cancelled" if status.state == CANCELLED else f"failed ({status.raw})"
     error = JobUserError if written.get("user_error") else JobFailedError
-    raise error(f"{engine.name} job {_ids(handle)} {what}: {reason}. Nothing was committed by it.")
+    logs = log_location(engine, handle)
+    raise error(
+        f"{engine.name} job {_ids(handle)} {what}: {reason}. Nothing was committed by it."
+        + (f" Logs: {logs}" if logs else "")
+    )
+
+
+def log_location(engine: Engine, handle: JobHandle) -> str | None:
+    """Where the job's logs are, in words, if the adapter knows; never raises (a log line must not fail a task)."""
+    locate = getattr(engine, "log_location", None)
+    if locate is None:
+        return None
+    try:
+        return str(locate(handle))
+    except Exception as err:  # the service may not answer; the job's outcome is what matters
+        log.debug("no log location for %s job %s: %s", engine.name, handle.ids, err)
+        return None
+
+
+def job_summary(engine: Engine, handle: JobHandle, result: Mapping[str, Any]) -> str:
+    """A few lines for the task log: the job, the table version, the rows, the model, the logs.
+
+    Only keys of the result that are there are shown (an ETL or scoring result has them all); no
+    secret is ever part of a result.
+    """
+    lines = [f"{engine.name} job {_ids(handle)} succeeded"]
+    if result.get("uri") is not None and result.get("version") is not None:
+        state = (
+            "committed"
+            if result.get("committed", True)
+            else "unchanged (the partition already held this content: nothing committed)"
+        )
+        lines.append(f"  table {result['uri']} version {result['version']}: {state}")
+    if "rows_written" in result:
+        rows = f"  rows: {result['rows_written']} written, {result.get('rows_quarantined', 0)} quarantined"
+        reasons = sorted((result.get("quarantine_reasons") or {}).items(), key=lambda kv: -kv[1])
+        if reasons:
+            shown = "; ".join(f"{n} x {r[:80]}" for r, n in reasons[:3])
+            rows += f" ({shown}{'; ...' if len(reasons) > 3 else ''})"
+        quarantine = result.get("quarantine") or {}
+        if quarantine.get("uri") is not None and result.get("rows_quarantined"):
+            rows += f" in {quarantine['uri']} version {quarantine.get('version')}"
+        lines.append(rows)
+    if result.get("model_name"):
+        lines.append(f"  model {result['model_name']} version {result.get('model_version')}")
+    logs = log_location(engine, handle)
+    if logs:
+        lines.append(f"  logs: {logs}")
+    return "\n".join(lines)
 
 
 def _ids(handle: JobHandle) -> str:

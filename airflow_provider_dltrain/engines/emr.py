@@ -9,6 +9,7 @@ transient cluster runs one step and terminates itself, and is also terminated by
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -182,3 +183,15 @@ class EmrEngine:
         if data is None:
             raise JobFailedError(f"emr step {handle.ids['step_id']} wrote no result at {handle.result_uri}")
         return data
+
+    def log_location(self, handle: JobHandle) -> str:
+        """The step's logs under the cluster's ``LogUri`` (EMR copies them there every few minutes)."""
+        cluster_id, step_id = handle.ids["cluster_id"], handle.ids["step_id"]
+        uri = self.emr.describe_cluster(ClusterId=cluster_id)["Cluster"].get("LogUri")
+        if not uri:
+            return (
+                f"cluster {cluster_id} has no LogUri: the step's logs stay on the cluster "
+                "(set LogUri in job_flow to keep them in S3)"
+            )
+        uri = re.sub(r"^s3[an]://", "s3://", uri).rstrip("/")
+        return f"{uri}/{cluster_id}/steps/{step_id}/ (stderr.gz, stdout.gz)"

@@ -159,3 +159,13 @@ class EmrServerlessEngine:
                 f"emr_serverless run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
             )
         return data
+
+    def log_location(self, handle: JobHandle) -> str:
+        """The driver's logs under the ``log_uri`` engine option, when one is set."""
+        app, run_id = handle.ids["application_id"], handle.ids["job_run_id"]
+        if not self.log_uri:
+            return (
+                f"no log_uri engine option: the logs of run {run_id} are in EMR Studio's Spark UI "
+                "(managed storage), not in S3"
+            )
+        return f"{self.log_uri.rstrip('/')}/applications/{app}/jobs/{run_id}/SPARK_DRIVER/ (stderr.gz, stdout.gz)"

@@ -201,3 +201,12 @@ class GlueEngine:
                 f"glue job run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
             )
         return data
+
+    def log_location(self, handle: JobHandle) -> str:
+        """The run's CloudWatch log groups and stream (the stream is named after the run id)."""
+        run_id = handle.ids["job_run_id"]
+        run = self.glue.get_job_run(JobName=handle.ids["job_name"], RunId=run_id, PredecessorsIncluded=False)
+        group = str(run["JobRun"].get("LogGroupName") or "/aws-glue/jobs").rstrip("/")
+        where = f"CloudWatch log group {group}/output (errors: {group}/error), log stream {run_id}"
+        continuous = self.default_arguments.get("--continuous-log-logGroup")
+        return where + (f"; continuous logs: log group {continuous}" if continuous else "")

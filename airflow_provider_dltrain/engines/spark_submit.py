@@ -189,3 +189,7 @@ class SparkSubmitEngine:
         if data is None:
             raise JobFailedError(f"spark-submit job wrote no result at {handle.result_uri}")
         return data
+
+    def log_location(self, handle: JobHandle) -> str:
+        """The driver's log: the file ``spark-submit``'s output went to, on the machine that ran it."""
+        return f"driver log {handle.ids['log']} on {handle.ids.get('host', 'this machine')}"

@@ -155,8 +155,8 @@ def _run_etl(
 def _run_score(
     spec: RunSpec, spark: Any, storage: StorageResolver, tracking: TrackingConfig | None
 ) -> dict[str, Any]:
-    from airflow_provider_dltrain.inference import score_table
     from airflow_provider_dltrain.inference.model import ScoringModel
+    from airflow_provider_dltrain.inference.scoring import score_partition
     from airflow_provider_dltrain.lake.ref import DeltaRef
 
     p = spec.params
@@ -170,7 +170,7 @@ def _run_score(
     else:
         uri = model["model_uri"]
     chosen = ScoringModel(model.get("name"), model.get("version"), uri)
-    out = score_table(
+    written = score_partition(
         _session(spark, p.get("spark_conf")),
         chosen,
         ref,
@@ -184,8 +184,9 @@ def _run_score(
         input_storage_options=storage(ref.uri),
         allow_pickle=bool(p.get("allow_pickle", False)),
     )
+    out = written.ref
     log.info("scored %s v%d into %s version %d", ref.uri, ref.version, out.uri, out.version)
-    return {**out.to_dict(), "model_name": chosen.name, "model_version": chosen.version}
+    return {**written.to_dict(), "model_name": chosen.name, "model_version": chosen.version}
 
 
 def spec_dict(value: Any) -> dict[str, Any]:

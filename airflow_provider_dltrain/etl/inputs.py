@@ -15,13 +15,15 @@ files, counting rows matching a filter on a non-partition column (warm session):
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError
+from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError, NoFilesMatchedError
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, normalize_uri
 
@@ -29,6 +31,10 @@ RAW_FORMATS = ("binaryFile", "csv", "parquet", "json", "text")
 # Values delta-rs accepts in filter tuples (and that compare the same in pyarrow).
 _PLAIN = (str, int, float, bool, date, datetime, Decimal)
 _ROWS_PER_BATCH = 65_536
+_GLOB_CHARS = "*?[{"
+# The attribute :func:`read_inputs` tags each input DataFrame with: ``(input name, what it read)``,
+# so that a transform's refusal (``etl.transform.require_columns``) can name the file.
+SOURCE_ATTR = "_dltrain_source"
 
 
 def check_filters(value: Any, field: str) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
@@ -185,7 +191,69 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
         from airflow_provider_dltrain.etl.remote_files import read_remote
 
         return read_remote(spark, normalize_uri(path), fmt, options, storage_options)
-    return spark.read.format(fmt).options(**options).load(normalize_uri(path))
+    local = normalize_uri(path)
+    glob = options.get("pathGlobFilter")
+    try:
+        df = spark.read.format(fmt).options(**options).load(local)
+    except Exception as err:
+        if _has_glob(local) and _not_found(err) and os.path.isdir(_split_glob(local)[0]):
+            raise NoFilesMatchedError(_no_match(*_split_glob(local))) from None
+        raise
+    if (glob or _has_glob(local)) and not df.inputFiles():
+        raise NoFilesMatchedError(_no_match(local, glob) if glob else _no_match(*_split_glob(local)))
+    return df
+
+
+def _has_glob(path: str) -> bool:
+    return any(ch in path for ch in _GLOB_CHARS)
+
+
+def _not_found(err: Exception) -> bool:
+    return "PATH_NOT_FOUND" in str(err) or "Path does not exist" in str(err)
+
+
+def _split_glob(path: str) -> tuple[str, str]:
+    """``(folder, pattern)``: the folder above the first path component holding a glob character."""
+    parts = path.split("/")
+    first = next(i for i, part in enumerate(parts) if _has_glob(part))
+    return "/".join(parts[:first]) or "/", "/".join(parts[first:])
+
+
+def _no_match(folder: str, glob: str) -> str:
+    """``no file matched <glob>``, with what the folder holds instead (a few names)."""
+    try:
+        names = sorted(
+            n for n in os.listdir(folder) if not n.startswith(("_", ".")) and os.path.isfile(f"{folder}/{n}")
+        )
+    except OSError:
+        names = []
+    there = f"{len(names)} other file(s) there, e.g. {', '.join(names[:3])}" if names else "no file there"
+    return no_match_message(folder, glob, there)
+
+
+def no_match_message(where: str, glob: str, there: str) -> str:
+    return (
+        f"no file matched {glob!r} at {where} ({there}). Check the input's path or pathGlobFilter "
+        "against the names of the landed files; retrying cannot help."
+    )
+
+
+def source_of(spec: Any) -> str:
+    """What an input reads, in words: the path (and glob) of raw files, or a Delta table version."""
+    if is_delta_spec(spec):
+        ref = DeltaRef.coerce(spec)  # type: ignore[arg-type]
+        return f"{ref.uri} version {ref.version}"
+    if isinstance(spec, Mapping):
+        glob = dict(spec.get("options") or {}).get("pathGlobFilter")
+        return f"{spec.get('path')}" + (f" (pathGlobFilter {glob!r})" if glob else "")
+    return str(spec)
+
+
+def _tag(df: Any, name: str, spec: Any) -> Any:
+    # A DataFrame class that takes no attributes: refusals then name the input only.
+    with contextlib.suppress(Exception):
+        setattr(df, SOURCE_ATTR, (name, source_of(spec)))
+    return df
 
 
 def is_delta_spec(spec: Any) -> bool:
@@ -220,6 +288,10 @@ def read_inputs(
 ) -> dict[str, Any]:
     """Every input by name; a raw path that does not exist raises :class:`InputNotFoundError` naming it.
 
+    A glob (``pathGlobFilter``, or a pattern in the path) that matches no file in a folder that
+    exists raises :class:`NoFilesMatchedError` naming the input, the glob and the folder: a user
+    error, never retried. Each DataFrame is tagged with its input's name and path, so that
+    :func:`~airflow_provider_dltrain.etl.transform.require_columns` can name the file it refuses.
     ``input_storage_options`` gives an input its own storage options (by input name); the others
     use ``storage_options``.
     """
@@ -241,12 +313,15 @@ def read_inputs(
                 frames[name] = read_input(spark, spec, options)
         except InputNotFoundError as err:
             raise InputNotFoundError(f"input {name!r}: {err}") from None
+        except NoFilesMatchedError as err:  # a user error: a wrong glob does not fix itself
+            raise NoFilesMatchedError(f"input {name!r}: {err}") from None
         except Exception as err:
-            if "PATH_NOT_FOUND" not in str(err) and "Path does not exist" not in str(err):
+            if not _not_found(err):
                 raise
             # Retryable: the usual cause is data that has not landed yet for this date.
             raise InputNotFoundError(
                 f"input {name!r}: nothing at {input_uri(spec)} (the path does not exist). Has the data for "
                 "this date landed? Check the path template, or re-run once it has arrived."
             ) from None
+        _tag(frames[name], name, spec)
     return frames

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError
+from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError, NoFilesMatchedError
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem
 
 BINARY_FILE_DDL = "path string, modificationTime timestamp, length long, content binary"
@@ -58,7 +58,14 @@ def read_remote(
             f"input {uri}: multiLine is not supported for s3:// inputs of the local engine; "
             "write one record per line"
         )
-    files = list_files(uri, storage_options, options.pop("pathGlobFilter", None))
+    glob = options.pop("pathGlobFilter", None)
+    files = list_files(uri, storage_options, glob)
+    if not files and glob:
+        from airflow_provider_dltrain.etl.inputs import no_match_message
+
+        names = [f[0].rsplit("/", 1)[-1] for f in list_files(uri, storage_options)]
+        there = f"{len(names)} other file(s) there, e.g. {', '.join(names[:3])}" if names else "no file there"
+        raise NoFilesMatchedError(no_match_message(uri, glob, there))
     if not files and fmt not in ("binaryFile", "text"):
         raise InputNotFoundError(f"nothing at {uri} (no {fmt} files there)")
     opts = dict(storage_options or {})

@@ -6,52 +6,15 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig, redact_uri
+from airflow_provider_dltrain.registry.config import (  # noqa: F401 (re-exported: the hook's API)
+    TrackingConfig,
+    redact_uri,
+    tracking_config_from,
+    tracking_uri_from,
+)
 
 # A connection test must answer in seconds: no retries with back-off against a dead server.
 _PROBE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-_BARE_URIS = ("databricks", "uc")
-
-
-def tracking_uri_from(host: str, port: int | None) -> str:
-    """A tracking URI from the connection's host field: a full URI is kept, a bare host gets http(s)."""
-    host = host.strip()
-    if "://" in host or host.split(":")[0] in _BARE_URIS or host.startswith("/"):
-        return host
-    scheme = "https" if port == 443 else "http"
-    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
-
-
-def tracking_config_from(conn: Any) -> TrackingConfig:
-    """:class:`TrackingConfig` for an Airflow connection of type ``mlflow``.
-
-    host (+ port) -> tracking URI; extra ``registry_uri`` -> registry URI; login + password ->
-    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``; password alone ->
-    ``MLFLOW_TRACKING_TOKEN``; extra ``insecure_tls`` -> ``MLFLOW_TRACKING_INSECURE_TLS``.
-    """
-    if not (conn.host or "").strip():
-        raise InvalidSpecError(
-            f"connection {conn.conn_id!r} has no Tracking URI: set its host to e.g. http://mlflow:5000 or "
-            "sqlite:////abs/path/mlflow.db."
-        )
-    extra = conn.extra_dejson or {}
-    env: dict[str, str] = {}
-    if conn.login and conn.password:
-        env["MLFLOW_TRACKING_USERNAME"] = conn.login
-        env["MLFLOW_TRACKING_PASSWORD"] = conn.password
-    elif conn.password:
-        env["MLFLOW_TRACKING_TOKEN"] = conn.password
-    elif conn.login:
-        env["MLFLOW_TRACKING_USERNAME"] = conn.login
-    if str(extra.get("insecure_tls", extra.get("extra__mlflow__insecure_tls", ""))).lower() in ("true", "1"):
-        env["MLFLOW_TRACKING_INSECURE_TLS"] = "true"
-    registry_uri = extra.get("registry_uri") or extra.get("extra__mlflow__registry_uri") or None
-    return TrackingConfig(
-        tracking_uri=tracking_uri_from(conn.host, conn.port),
-        registry_uri=str(registry_uri).strip() if registry_uri else None,
-        env=env,
-    )
 
 
 class MlflowHook(BaseHook):

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import (
     BadDataError,
@@ -33,6 +33,9 @@ from airflow_provider_dltrain.inference.worker import (
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.etl.writer import WriteResult
 
 log = logging.getLogger(__name__)
 _BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
@@ -216,7 +219,7 @@ def read_input(spark: Any, ref: DeltaRef, input_filter: Any, storage_options: St
     return read_scan(spark, scan, storage_options, dnf)
 
 
-def score_table(
+def score_partition(
     spark: Any,
     model: ScoringModel,
     input_ref: DeltaRef | Mapping[str, Any],
@@ -230,8 +233,8 @@ def score_table(
     storage_options: StorageOptions | None = None,
     allow_pickle: bool = False,
     input_storage_options: StorageOptions | None = None,
-) -> DeltaRef:
-    """Score ``input_ref`` at exactly its version into ``partition`` of ``table_uri``; return the new version.
+) -> WriteResult:
+    """Score ``input_ref`` at exactly its version into ``partition`` of ``table_uri``; return the write.
 
     Re-running with the same arguments leaves the same rows: the partition is overwritten in one
     Delta commit, other partitions are untouched. A model that would run code while loading (pickle
@@ -266,7 +269,39 @@ def score_table(
             raise _non_finite_refusal(err, model, ref, table_uri, spec) from err
     out = result.ref
     log.info("wrote %d scored row(s) to %s version %d", result.rows_written, out.uri, out.version)
-    return out
+    return result
+
+
+def score_table(
+    spark: Any,
+    model: ScoringModel,
+    input_ref: DeltaRef | Mapping[str, Any],
+    table_uri: str,
+    partition: Mapping[str, object],
+    *,
+    scoring: ScoringSpec | Mapping[str, Any],
+    tracking: TrackingConfig,
+    input_filter: Any = None,
+    metadata: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
+    allow_pickle: bool = False,
+    input_storage_options: StorageOptions | None = None,
+) -> DeltaRef:
+    """:func:`score_partition`, returning only the new version of ``table_uri``."""
+    return score_partition(
+        spark,
+        model,
+        input_ref,
+        table_uri,
+        partition,
+        scoring=scoring,
+        tracking=tracking,
+        input_filter=input_filter,
+        metadata=metadata,
+        storage_options=storage_options,
+        allow_pickle=allow_pickle,
+        input_storage_options=input_storage_options,
+    ).ref
 
 
 def _non_finite_refusal(

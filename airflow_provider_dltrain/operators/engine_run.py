@@ -134,6 +134,7 @@ class EngineRun:
 
     def _finish(self, engine: Engine, handle: JobHandle, event: dict[str, Any] | None) -> dict[str, Any]:
         from airflow_provider_dltrain.engines import JobStatus, wait
+        from airflow_provider_dltrain.engines.base import job_summary
 
         try:
             if event is None:
@@ -155,7 +156,9 @@ class EngineRun:
                 )
             else:
                 status = JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
-            return self.engine_outcome(engine, handle, status)
+            result = self.engine_outcome(engine, handle, status)
+            self.log.info("%s", job_summary(engine, handle, result))  # before teardown: the logs' place
+            return result
         finally:
             engine.teardown(handle)
             self._job = None

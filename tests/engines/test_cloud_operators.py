@@ -4,6 +4,7 @@ the job script → Delta on S3 → the operator returns the DeltaRef."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -45,12 +46,14 @@ def cloud(aws_leak_check, monkeypatch, tmp_path):
                 "Instances": {"InstanceCount": 1, "MasterInstanceType": "m5.xlarge"},
                 "JobFlowRole": "EMR_EC2_DefaultRole",
                 "ServiceRole": "EMR_DefaultRole",
+                "LogUri": f"s3://{bucket}/emr-logs/",
             },
         },
         "emr_serverless": {
             "staging_uri": f"s3://{bucket}/staging",
             "application_id": app,
             "execution_role_arn": "arn:aws:iam::123456789012:role/EmrServerlessRole",
+            "log_uri": f"s3://{bucket}/serverless-logs",
         },
     }
     storage = s3_storage_options(
@@ -94,13 +97,40 @@ def _context(task_id, try_number=1):
     }
 
 
+def _log_places(cloud, engine, ids):
+    if engine == "glue":  # the group is the run's LogGroupName (moto's: test/log), the stream its id
+        return f"log group test/log/output (errors: test/log/error), log stream {ids['job_run_id']}"
+    if engine == "emr":
+        return f"s3://{cloud['bucket']}/emr-logs/{ids['cluster_id']}/steps/{ids['step_id']}/"
+    prefix = f"s3://{cloud['bucket']}/serverless-logs/applications/{cloud['app']}/jobs/"
+    return f"{prefix}{ids['job_run_id']}/SPARK_DRIVER/"
+
+
 @pytest.mark.parametrize("engine", ["glue", "emr", "emr_serverless"])
 def test_cloud_engine_commits_the_partition_and_returns_the_delta_ref(cloud, engine):
     from deltalake import DeltaTable
 
     op = _operator(cloud, engine)
-    result = op.execute(_context(op.task_id))
+    # The operator's task log, kept here (Airflow's logging setup may replace the root's handlers).
+    task_log, records = logging.getLogger(f"dltrain.tests.task.{engine}"), []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    task_log.addHandler(handler)
+    task_log.setLevel(logging.INFO)
+    context = _context(op.task_id)
+    try:
+        with mock.patch.object(type(op), "log", task_log):
+            result = op.execute(context)
+    finally:
+        task_log.removeHandler(handler)
     assert result["version"] == 0 and result["committed"] is True and result["rows_written"] == 3
+    # The task log tells the story of the job: what it wrote, and where its own logs are.
+    (summary,) = [r.getMessage() for r in records if " succeeded" in r.getMessage()]
+    ids = context["ti"].xcom_push.call_args.kwargs["value"]["ids"]
+    lines = summary.splitlines()
+    assert lines[1:3] == [f"  table {result['uri']} version 0: committed", "  rows: 3 written, 0 quarantined"]
+    assert len(lines) == 4 and lines[3].startswith("  logs: ") and _log_places(cloud, engine, ids) in lines[3]
+    assert "testing" not in summary  # no credentials
     table = DeltaTable(result["uri"], storage_options=cloud["storage"])
     rows = sorted(table.to_pyarrow_table().select(["id", "x2", "ds"]).to_pylist(), key=lambda r: r["id"])
     assert rows == [

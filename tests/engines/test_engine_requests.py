@@ -220,3 +220,51 @@ def test_engine_trigger_reports_an_error_event_instead_of_dying():
     event = asyncio.run(anext(trigger.run()))
     assert event.payload["state"] == "ERROR" and "role" in event.payload["message"]
     assert event.payload["handle"]["ids"]["job_run_id"] == "r"
+
+
+def test_job_summary_of_a_scoring_job_and_an_unchanged_etl_job_names_rows_version_model_and_logs(tmp_path):
+    from airflow_provider_dltrain.engines import JobHandle
+    from airflow_provider_dltrain.engines.base import JobFailedError, JobStatus, job_summary, outcome
+
+    engine = get_engine("spark_submit", _clients, {"master": "spark://h:7077", "staging_uri": str(tmp_path)})
+    handle = JobHandle("spark_submit", {"pid": 42, "host": "worker-1", "log": "/logs/job.log"}, "r.json")
+    scored = {
+        "uri": "s3://lake/predictions",
+        "version": 7,
+        "committed": True,
+        "rows_written": 400,
+        "rows_quarantined": 0,
+        "model_name": "digits",
+        "model_version": "3",
+    }
+    assert job_summary(engine, handle, scored).splitlines() == [
+        "spark_submit job pid=42 host=worker-1 log=/logs/job.log succeeded",
+        "  table s3://lake/predictions version 7: committed",
+        "  rows: 400 written, 0 quarantined",
+        "  model digits version 3",
+        "  logs: driver log /logs/job.log on worker-1",
+    ]
+    same = {
+        "uri": "s3://lake/t",
+        "version": 2,
+        "committed": False,
+        "rows_written": 10,
+        "rows_quarantined": 2,
+        "quarantine": {"uri": "s3://lake/t_quarantine", "version": 1},
+        "quarantine_reasons": {"empty file": 2},
+    }
+    lines = job_summary(engine, handle, same).splitlines()
+    assert (
+        lines[1]
+        == "  table s3://lake/t version 2: unchanged (the partition already held this content: nothing committed)"
+    )
+    assert (
+        lines[2] == "  rows: 10 written, 2 quarantined (2 x empty file) in s3://lake/t_quarantine version 1"
+    )
+    # a failure names the same place to look
+    (tmp_path / "r.json").write_text(json.dumps({"error": "ValueError: boom"}))
+    failed = JobHandle("spark_submit", handle.ids, str(tmp_path / "r.json"))
+    with pytest.raises(
+        JobFailedError, match=r"boom\. Nothing was committed by it\. Logs: driver log /logs/job.log"
+    ):
+        outcome(engine, failed, JobStatus("FAILED", "FAILED"))
