@@ -73,17 +73,19 @@ def cmd_champion(args: argparse.Namespace) -> int:
 def cmd_backfill_report(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.backfill_report import backfill_report, format_report
     from airflow_provider_dltrain.champion import NoStoreError, cli_tracking
+    from airflow_provider_dltrain.connections import cli_storage_options
 
     if args.end < args.start:
         print(f"END {args.end} is before START {args.start}", file=sys.stderr)
         return 2
+    options = cli_storage_options(args.aws_conn_id, args.storage_option)
     try:
-        tracking = cli_tracking(args.tracking_uri)
+        tracking = cli_tracking(args.tracking_uri, options)
     except NoStoreError:
         if args.tracking_uri:
             raise
         tracking = None  # a DAG that trains nothing: the report reads the tables only
-    reports = backfill_report(args.dag_id, args.start, args.end, tracking)
+    reports = backfill_report(args.dag_id, args.start, args.end, tracking, storage_options=options)
     if args.json:
         import json
 
