@@ -49,6 +49,13 @@ class EngineJobLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         from airflow.providers.common.compat.sdk import XCom
 
+        from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES
+
+        # A task that runs in-process never records a job: asking would log "XCom not found" as an
+        # error in every such task's log. (A serialized operator may lack these: then ask.)
+        engine, backend = getattr(operator, "engine", None), getattr(operator, "backend", None)
+        if engine == LOCAL or (isinstance(backend, str) and backend and backend not in TRAINING_ENGINE_NAMES):
+            return ""
         job = XCom.get_value(key=XCOM_JOB, ti_key=ti_key)
         return str((job or {}).get("console_url") or "")
 
