@@ -150,11 +150,23 @@ def finish_run(
 ) -> None:
     """Log final metrics not logged during training, then mark the run FINISHED or FAILED."""
     from mlflow.entities import Metric
+    from mlflow.exceptions import MlflowException
 
     client = config.client()
     if metrics:
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())])
+        try:
+            client.log_batch(
+                run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())]
+            )
+        except MlflowException as err:
+            if err.error_code != "INVALID_PARAMETER_VALUE":
+                raise
+            # the training function's metric names: a user error, as refused hyper-parameters are
+            raise InvalidSpecError(
+                f"MLflow refused the final metrics of run {run_id} ({err.message}); rename the offending "
+                f"metric among {sorted(metrics)} in what the training function returns or logs."
+            ) from err
     client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
 

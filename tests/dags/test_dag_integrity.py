@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# every DAG the example files define: a file that stops defining one (or is not found) fails here
+EXPECTED = {"dltrain_ingest", "dltrain_retrain", "dltrain_search", "dltrain_ablation"}
 
 
 def test_every_dag_imports_without_errors_credentials_or_network():
@@ -19,7 +22,7 @@ def test_every_dag_imports_without_errors_credentials_or_network():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     ).stdout
-    assert "dltrain_ingest" in out
+    assert set(ast.literal_eval(out.strip().splitlines()[-1])) == EXPECTED, out
 
 
 def test_nightly_dags_use_a_data_interval_timetable_so_backfills_get_real_intervals():
@@ -27,5 +30,6 @@ def test_nightly_dags_use_a_data_interval_timetable_so_backfills_get_real_interv
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert set(bag.dags) == EXPECTED, sorted(bag.dags)
     for dag_id, dag in bag.dags.items():
         assert isinstance(dag.timetable, CronDataIntervalTimetable), dag_id

@@ -49,7 +49,7 @@ def test_a_failing_train_function_ends_the_run_failed_with_the_reason_in_a_tag(d
 
 
 def test_final_metrics_mlflow_refuses_end_the_run_failed(digits_ref, tracking):
-    with pytest.raises(Exception, match="accuracy@top1"):
+    with pytest.raises(InvalidSpecError, match="accuracy@top1"):
         run_training(_bad_metric_name, digits_ref, {}, tracking=tracking)
     run = _only_run(tracking)
     assert run.info.status == "FAILED"
