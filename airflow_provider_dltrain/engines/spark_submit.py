@@ -41,37 +41,34 @@ def spark_submit_path() -> str:
     return os.path.join(home, "bin", "spark-submit")
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name; ``None`` without procfs."""
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (psutil's create time, seconds since the epoch): with the pid, it names
+    one process for good."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return repr(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
         return None
 
 
-def _start_time(pid: int) -> str | None:
-    """When ``pid`` started (clock ticks since boot): with the pid, names one process for good."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else None
-
-
 def _alive(pid: int, started: str | None = None) -> bool:
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        status, created = proc.status(), repr(proc.create_time())
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    fields = _proc_stat(pid)
-    if fields is None:
+    except psutil.AccessDenied:
         return True
     # A finished child that nobody waited for is a zombie: gone for our purposes. A pid reused by
     # another process since (a retry hours later on a busy worker) is not our job either: attaching
-    # to it would wait on an unrelated process, with the job's result already written.
-    if started is not None and len(fields) > 19 and fields[19] != started:
+    # to it would wait on an unrelated process, with the job's result already written. (A handle
+    # recorded before create times were used holds clock ticks, without a ".": not compared.)
+    if started is not None and "." in started and created != started:
         return False
-    return fields[0] != "Z"
+    return status != psutil.STATUS_ZOMBIE
 
 
 def _running(handle: JobHandle) -> bool:

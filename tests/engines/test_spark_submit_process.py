@@ -41,11 +41,15 @@ def test_a_recorded_job_is_found_polled_and_cancelled_only_while_its_pid_is_that
     assert started is not None
 
     # the pid now belongs to another process (it was reused since the job was recorded)
-    reused = _record(engine, identity, {"pid": sleeper.pid, "started": str(int(started) - 1)})
+    reused = _record(engine, identity, {"pid": sleeper.pid, "started": repr(float(started) - 1.0)})
     assert engine.find(identity) is None
     assert engine.poll(reused).state == FAILED
     engine.cancel(reused)  # must not signal the unrelated process group
     assert sleeper.poll() is None
+
+    # a handle recorded by an earlier version holds clock ticks: the pid alone decides
+    legacy = _record(engine, identity, {"pid": sleeper.pid, "started": "123456"})
+    assert engine.poll(legacy).state == RUNNING
 
     ours = _record(engine, identity, {"pid": sleeper.pid, "started": started})
     assert engine.find(identity) == ours
