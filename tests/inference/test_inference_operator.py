@@ -72,7 +72,7 @@ def test_operator_scores_templated_partition_with_champion_of_its_day_and_emits_
     context = _context("2026-11-28")  # v2 has been champion since 2026-11-25
     result = _run(op, context)
 
-    assert result == DeltaLog(out).ref(result["version"]).to_dict()
+    assert result == {**DeltaLog(out).ref(result["version"]).to_dict(), "committed": True}
     table = open_table(out).to_pyarrow_table()
     assert table.num_rows == ROWS_PER_DAY and set(table.column("model_version").to_pylist()) == {2}
     assert set(table.column("ds").to_pylist()) == {"2026-11-28"}
