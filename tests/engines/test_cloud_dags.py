@@ -117,27 +117,33 @@ def test_nightly_on_glue_then_the_same_date_on_emr_and_emr_serverless_gives_the_
     options = lake_on_s3["options"]
     runs = [("dltrain_ingest", DS, None), ("dltrain_retrain", DS, {"hparams": FAST})]
 
-    _run(monkeypatch, "glue", options, runs)
+    # the nightly, then the same date again with unchanged inputs, in one runner process: the re-run
+    # decides from the facts recorded in the partitions' commits and submits nothing
+    outcomes = _run(monkeypatch, "glue", options, runs + runs)
     digits, predictions = paths.table("digits"), paths.table("digit_predictions")
     assert digits.startswith("s3://") and predictions.startswith("s3://")
     version, rows = _predictions(predictions, storage)
     assert version == 0 and len(rows) > 100
-    assert _job_count(lake_on_s3["endpoint"], lake_on_s3["bucket"]) == 3  # ingest, training, score
+    # one ingest, one training, one scoring job: the nightly's only
+    assert _job_count(lake_on_s3["endpoint"], lake_on_s3["bucket"]) == 3
+    assert submitted(lake_on_s3["endpoint"]) == {
+        "glue job runs": 2,
+        "emr clusters": 0,
+        "emr steps": 0,
+        "emr serverless job runs": 0,
+        "sagemaker training jobs": 0,
+        "ec2 instances": 2,
+    }
     _assert_trained_on_two_terminated_instances(lake_on_s3["endpoint"])
     glue = aws_client("glue", lake_on_s3["endpoint"])
     assert {j["Name"] for j in glue.get_jobs()["Jobs"]} == {
         "dltrain-dltrain_ingest-ingest_images",
         "dltrain-dltrain_retrain-score",
     }
-
-    # unchanged inputs: decided from the facts recorded in the partitions' commits, nothing submitted
-    before = submitted(lake_on_s3["endpoint"])
-    outcomes = _run(monkeypatch, "glue", options, runs)
-    assert submitted(lake_on_s3["endpoint"]) == before
-    ingest, retrain = outcomes[0].state, outcomes[1].state
+    ingest, retrain = outcomes[2].state, outcomes[3].state
     assert ingest["xcom"]["ingest_images"]["skipped"] is True
     assert retrain["xcom"]["score"]["skipped"] is True and retrain["tasks"]["train"] == "skipped"
-    assert _predictions(predictions, storage) == (version, rows)
+    assert ingest["report"]["verdict"] == retrain["report"]["verdict"] == "reproduced"
 
     forced = [(dag, ds, {**(conf or {}), "force": True}) for dag, ds, conf in runs]
     for engine in ("emr", "emr_serverless"):
