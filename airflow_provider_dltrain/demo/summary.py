@@ -9,20 +9,15 @@ from airflow_provider_dltrain.demo import paths
 
 def partition_rows(uri: str, ds: str) -> tuple[int | None, int]:
     """(newest version, rows in partition ``ds``) of a table; ``(None, 0)`` when it does not exist."""
+    from airflow_provider_dltrain.lake.filters import normalize_filter
     from airflow_provider_dltrain.lake.log import DeltaLog
-    from airflow_provider_dltrain.lake.table import open_table
+    from airflow_provider_dltrain.lake.reader import read_version, scan_version
 
     version = DeltaLog(uri).latest_version()
     if version is None:
         return None, 0
-    table = open_table(uri, version)
-    return version, int(table.to_pyarrow_dataset().count_rows(filter=_ds_filter(ds)))
-
-
-def _ds_filter(ds: str) -> Any:
-    import pyarrow.dataset as pads
-
-    return pads.field("ds") == ds
+    scan = scan_version(DeltaLog(uri).ref(version), filters=[("ds", "=", ds)])
+    return version, read_version(scan, ["ds"], normalize_filter([["ds", "=", ds]])).num_rows
 
 
 def ingest_summary(ds: str) -> dict[str, Any]:

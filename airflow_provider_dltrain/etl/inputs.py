@@ -25,12 +25,11 @@ from typing import Any
 
 from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError, NoFilesMatchedError
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, normalize_uri
+from airflow_provider_dltrain.lake.storage import StorageOptions, is_remote, normalize_uri
 
 RAW_FORMATS = ("binaryFile", "csv", "parquet", "json", "text")
 # Values delta-rs accepts in filter tuples (and that compare the same in pyarrow).
 _PLAIN = (str, int, float, bool, date, datetime, Decimal)
-_ROWS_PER_BATCH = 65_536
 _GLOB_CHARS = "*?[{"
 # The attribute :func:`read_inputs` tags each input DataFrame with: ``(input name, what it read)``,
 # so that a transform's refusal (``etl.transform.require_columns``) can name the file.
@@ -44,7 +43,7 @@ def check_filters(value: Any, field: str) -> tuple[tuple[tuple[str, str, Any], .
     ``not in``; ``==`` means ``=``) and plain values (str, int, float, bool, date, datetime,
     Decimal) pass: call it before any job runs, so a typo fails once instead of being retried.
     """
-    from airflow_provider_dltrain.training.data import normalize_filter
+    from airflow_provider_dltrain.lake.filters import normalize_filter
 
     try:
         dnf = normalize_filter(value)
@@ -79,16 +78,16 @@ def read_delta(
     statistics on the driver, then selects rows in the executors. Partition columns carry the
     table's types.
     """
-    from airflow_provider_dltrain.lake.table import scan_version
+    from airflow_provider_dltrain.lake.reader import scan_version
 
     dnf = check_filters(filters, field)
     return read_scan(spark, scan_version(ref, storage_options, delta_rs_filters(dnf)), storage_options, dnf)
 
 
 def read_scan(spark: Any, scan: Any, storage_options: StorageOptions | None = None, dnf: Any = ()) -> Any:
-    """A DataFrame over a :class:`~airflow_provider_dltrain.lake.table.VersionScan`, read in executors."""
+    """A DataFrame over a :class:`~airflow_provider_dltrain.lake.reader.VersionScan`, read in executors."""
     from airflow_provider_dltrain.etl.spark import from_arrow_schema
-    from airflow_provider_dltrain.training.data import filter_expression
+    from airflow_provider_dltrain.lake.filters import filter_expression
 
     spark_schema = from_arrow_schema(scan.schema)
     try:
@@ -113,58 +112,14 @@ def read_files(
     batches: Iterator[Any], schema: Any, storage_options: StorageOptions, expr: Any
 ) -> Iterator[Any]:
     """Executor side: the listed files' rows in ``schema``, deleted rows dropped, ``expr`` applied."""
-    import pyarrow.parquet as pq
+    from airflow_provider_dltrain.lake.reader import iter_file_batches
 
     for listing in batches:
         for item in listing.to_pylist():
-            fs, path = filesystem(item["uri"], storage_options)
             partition = json.loads(item["partition"])
-            deleted = sorted(item["deleted"] or ())
-            offset = 0
-            with fs.open_input_file(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=_ROWS_PER_BATCH):
-                    out = _conform(_drop_rows(batch, deleted, offset), schema, partition)
-                    offset += batch.num_rows
-                    if expr is not None:
-                        yield from _filtered(out, expr)
-                    elif out.num_rows:
-                        yield out
-
-
-def _drop_rows(batch: Any, deleted: list[int], offset: int) -> Any:
-    import bisect
-
-    import numpy as np
-    import pyarrow as pa
-
-    lo, hi = bisect.bisect_left(deleted, offset), bisect.bisect_left(deleted, offset + batch.num_rows)
-    if lo == hi:
-        return batch
-    keep = np.ones(batch.num_rows, dtype=bool)
-    keep[np.asarray(deleted[lo:hi]) - offset] = False
-    return batch.filter(pa.array(keep))
-
-
-def _conform(batch: Any, schema: Any, partition: Mapping[str, str | None]) -> Any:
-    """``batch`` with exactly ``schema``'s columns: partition values filled in, absent columns null."""
-    import pyarrow as pa
-
-    n, columns = batch.num_rows, []
-    for field in schema:
-        if field.name in partition:
-            value = pa.array([partition[field.name]], pa.string()).cast(field.type)[0]
-            columns.append(pa.repeat(value, n))
-        elif field.name in batch.schema.names:
-            columns.append(batch.column(field.name).cast(field.type))
-        else:  # a column added after this file was written
-            columns.append(pa.nulls(n, field.type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _filtered(batch: Any, expr: Any) -> Iterator[Any]:
-    import pyarrow as pa
-
-    yield from (b for b in pa.Table.from_batches([batch]).filter(expr).to_batches() if b.num_rows)
+            yield from iter_file_batches(
+                item["uri"], schema, storage_options, partition, item["deleted"] or (), expr
+            )
 
 
 def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = None) -> Any:

@@ -200,7 +200,7 @@ def read_input(spark: Any, ref: DeltaRef, input_filter: Any, storage_options: St
     before anything is read; every predicate selects rows.
     """
     from airflow_provider_dltrain.etl.inputs import check_filters, delta_rs_filters, read_scan
-    from airflow_provider_dltrain.lake.table import scan_version
+    from airflow_provider_dltrain.lake.reader import scan_version
 
     dnf = check_filters(input_filter, "input_filter")
     scan = scan_version(ref, storage_options, delta_rs_filters(dnf))

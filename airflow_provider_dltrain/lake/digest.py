@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -372,14 +372,28 @@ def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, names=schema.names)
 
 
-def state_of_files(fs: pafs.FileSystem, paths: Iterable[str], schema: pa.Schema) -> DigestState:
-    """The digest state of Parquet files' rows, one file in memory at a time."""
+def state_of_files(
+    fs: pafs.FileSystem,
+    paths: Iterable[str],
+    schema: pa.Schema,
+    deleted: Mapping[str, Sequence[int]] | None = None,
+) -> DigestState:
+    """The digest state of Parquet files' rows, one file in memory at a time.
+
+    ``deleted`` maps a path to the row indices its deletion vector removes: those rows do not count.
+    """
     import pyarrow.parquet as pq
+
+    from airflow_provider_dltrain.lake.reader import drop_rows
 
     state = DigestState()
     for path in paths:
         with fs.open_input_file(path) as handle:
-            state.update(_conform(pq.read_table(handle), schema))
+            data = pq.read_table(handle)
+        dropped = (deleted or {}).get(path)
+        if dropped:
+            data = drop_rows(data, sorted(dropped))
+        state.update(_conform(data, schema))
     return state
 
 
@@ -391,28 +405,19 @@ def _computed_digest(
     Read through the version's scan, so rows a deletion vector removed do not count: a partition
     whose rows another engine deleted must not look "unchanged" to a write restoring them.
     """
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from airflow_provider_dltrain.lake import partition as part
+    from airflow_provider_dltrain.lake.reader import scan_version
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.lake.storage import filesystem, normalize_uri
-    from airflow_provider_dltrain.lake.table import scan_version
 
     scan = scan_version(DeltaRef(normalize_uri(uri), version), storage_options, part.filters(dict(spec)))
     schema = pa.schema([f for f in scan.schema if f.name not in scan.partition_columns])
     fs, _ = filesystem(uri, storage_options)
-    state = DigestState()
-    for data_file in scan.files:
-        with fs.open_input_file(_fs_path(data_file.uri)) as handle:
-            data = pq.read_table(handle)
-        if data_file.deleted_rows:
-            keep = np.ones(data.num_rows, dtype=bool)
-            keep[np.asarray(data_file.deleted_rows, dtype=np.int64)] = False
-            data = data.filter(pa.array(keep))
-        state.update(_conform(data, schema))
-    return state.content_digest(schema)
+    paths = [_fs_path(f.uri) for f in scan.files]
+    deleted = {_fs_path(f.uri): f.deleted_rows for f in scan.files}
+    return state_of_files(fs, paths, schema, deleted).content_digest(schema)
 
 
 def digests_and_commits(

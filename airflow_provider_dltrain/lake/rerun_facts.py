@@ -110,7 +110,7 @@ def version_fingerprint(
     ``filters`` are delta-rs DNF tuples; the filter itself is not part of the hash (the caller
     records it with its parameters). Reads the log only: no data file is opened.
     """
-    from airflow_provider_dltrain.lake.table import ScanFile, scan_version
+    from airflow_provider_dltrain.lake.reader import ScanFile, scan_version
 
     scan = scan_version(ref, storage_options, filters)
     groups: dict[history.Key, list[ScanFile]] = {}

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import unquote, urlparse
 
-from airflow_provider_dltrain.exceptions import SchemaMismatchError, TableNotFoundError
+from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake import partition as part
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
@@ -86,123 +84,3 @@ def active_files(
 ) -> list[str]:
     """Absolute URIs of the data files of exactly ``version`` (optionally partition-filtered)."""
     return list(open_table(uri, version, storage_options).file_uris(file_pruning_predicate=filters or None))
-
-
-# Reader features a plain Parquet read of the version's files honours: deletion vectors are applied
-# by ``VersionScan`` (deleted row indices per file); the others only change how the log is stored
-# (resolved by delta-rs) or add Parquet types pyarrow reads as they are. Anything else (column
-# mapping above all: physical column names differ from the table's) is refused, naming it.
-_SCANNABLE_READER_FEATURES = frozenset(
-    {
-        "deletionVectors",
-        "timestampNtz",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "variantType",
-        "variantType-preview",
-    }
-)
-
-
-@dataclass(frozen=True)
-class ScanFile:
-    """One data file of a version: where it is, its partition values, the rows its deletion vector drops."""
-
-    uri: str
-    partition: tuple[tuple[str, str | None], ...] = ()
-    deleted_rows: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class VersionScan:
-    """Exactly the rows of one version: its files (deletion vectors resolved) and its Arrow schema."""
-
-    ref: DeltaRef
-    schema: Any  # pyarrow.Schema
-    partition_columns: tuple[str, ...]
-    files: tuple[ScanFile, ...]
-
-    @property
-    def deleted_rows(self) -> int:
-        return sum(len(f.deleted_rows) for f in self.files)
-
-
-def scan_version(
-    ref: DeltaRef, storage_options: StorageOptions | None = None, filters: Any = None
-) -> VersionScan:
-    """The files of exactly ``ref``'s version that ``filters`` (delta-rs DNF tuples) can select.
-
-    Files are pruned by delta-rs (partition values and file statistics); each keeps the row indices
-    its deletion vector removes, so a reader of the Parquet files returns the version's rows and
-    not the deleted ones. Raises :class:`SchemaMismatchError` for reader features a Parquet read
-    cannot honour (column mapping), naming the table, the version and the feature.
-    """
-    import pyarrow as pa
-
-    table = open_table(ref.uri, ref.version, storage_options)
-    _require_scannable(table, ref)
-    root = normalize_uri(ref.uri)
-    partition_columns = tuple(table.metadata().partition_columns)
-    selected = set(table.file_uris(file_pruning_predicate=filters or None))
-    actions = pa.table(table.get_add_actions(flatten=True))
-    values = {c: actions.column(f"partition.{c}").to_pylist() for c in partition_columns}
-    deleted = _deleted_rows(table) if "deletionVectors" in _reader_features(table) else {}
-    files = []
-    for i, path in enumerate(actions.column("path").to_pylist()):
-        uri = f"{root}/{unquote(path)}"
-        if uri in selected:
-            partition = tuple((c, _text(values[c][i])) for c in partition_columns)
-            files.append(ScanFile(uri, partition, deleted.get(uri, ())))
-    if len(files) != len(selected):  # a path layout this pairing does not understand: never guess
-        raise TableNotFoundError(
-            f"{ref.uri} version {ref.version}: could not pair {len(selected)} selected file(s) with the log"
-        )
-    schema = pa.schema(table.schema().to_arrow())
-    return VersionScan(ref, schema, partition_columns, tuple(sorted(files, key=lambda f: f.uri)))
-
-
-def _reader_features(table: Any) -> set[str]:
-    return set(table.protocol().reader_features or ())
-
-
-def _require_scannable(table: Any, ref: DeltaRef) -> None:
-    blocked = sorted(_reader_features(table) - _SCANNABLE_READER_FEATURES)
-    mode = (table.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
-    if mode not in (None, "none") and "columnMapping" not in blocked:
-        blocked.append("columnMapping")
-    if blocked:
-        raise SchemaMismatchError(
-            f"{ref.uri} version {ref.version} uses Delta reader feature(s) {blocked}, which this reader "
-            "cannot honour (with column mapping the Parquet files hold physical, not logical, column "
-            "names). Rewrite the table without them before reading it here."
-        )
-
-
-def _deleted_rows(table: Any) -> dict[str, tuple[int, ...]]:
-    """Row indices each file's deletion vector removes, keyed like ``file_uris`` names the file."""
-    import numpy as np
-    import pyarrow as pa
-
-    out: dict[str, tuple[int, ...]] = {}
-    for batch in pa.RecordBatchReader.from_stream(table.deletion_vectors()):
-        for filepath, keep in zip(
-            batch.column("filepath").to_pylist(), batch.column("selection_vector").to_pylist(), strict=True
-        ):
-            # A selection vector may be shorter than the file: rows past its end are kept.
-            dropped = np.flatnonzero(~np.asarray(keep, dtype=bool))
-            out[_file_key(filepath)] = tuple(int(i) for i in dropped)
-    return out
-
-
-def _file_key(url: str) -> str:
-    """``file:///t/ds=a%20b/x.parquet`` → ``/t/ds=a b/x.parquet``; ``s3://b/k`` kept as ``s3://b/k``."""
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        return unquote(parsed.path)
-    return normalize_uri(f"{parsed.scheme}://{parsed.netloc}{unquote(parsed.path)}")
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)

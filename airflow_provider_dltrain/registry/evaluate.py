@@ -68,8 +68,8 @@ class GateEvaluation:
     allow_pickle: bool = False
 
     def __post_init__(self) -> None:
+        from airflow_provider_dltrain.lake.filters import normalize_filter
         from airflow_provider_dltrain.lake.ref import DeltaRef
-        from airflow_provider_dltrain.training.data import normalize_filter
 
         fn = self.evaluate_fn
         if not callable(fn) and not (isinstance(fn, str) and ":" in fn):

@@ -10,6 +10,7 @@ Nothing here imports torch, mlflow or pyspark at import time.
 
 from __future__ import annotations
 
+from airflow_provider_dltrain.lake.filters import normalize_filter
 from airflow_provider_dltrain.training.backends import (
     Backend,
     HorovodBackend,
@@ -19,7 +20,7 @@ from airflow_provider_dltrain.training.backends import (
     register_backend,
 )
 from airflow_provider_dltrain.training.context import TrainContext
-from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerprint, normalize_filter, resolve
+from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerprint, resolve
 from airflow_provider_dltrain.training.errors import TrainingUserError
 from airflow_provider_dltrain.training.hashing import code_hash, params_hash
 from airflow_provider_dltrain.training.horovod_backend import run_horovod_rank

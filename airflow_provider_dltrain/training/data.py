@@ -1,17 +1,13 @@
 """Which bytes a training run reads: the files of one pinned Delta version, optionally filtered.
 
-The file list is resolved once, in the launching process, with delta-rs; workers receive a plain,
-picklable :class:`ScanPlan` and read the Parquet files with pyarrow only. delta-rs panics in forked
+The file list is resolved once, in the launching process, by the lake's reader
+(:func:`airflow_provider_dltrain.lake.reader.scan_version`: deletion vectors resolved to the row
+indices they drop, column mapping refused); workers receive a plain, picklable :class:`ScanPlan` and
+read the Parquet files with pyarrow only, through the same reader. delta-rs panics in forked
 processes, and this keeps it out of every worker (DDP ranks and DataLoader workers alike).
 
-Filters are JSON-able DNF lists, as Airflow templates render them::
-
-    [["ds", "<=", "2026-11-28"]]                         # one conjunction
-    [[["ds", ">=", "2026-11-01"], ["label", "<", "5"]]]  # OR of conjunctions
-
-Values are cast to the column's type (a rendered ``"5"`` compares as an integer on an int column).
-Predicates on partition columns prune files; the others prune Parquet row groups by statistics
-and then rows.
+Filters are the JSON-able DNF lists of :mod:`airflow_provider_dltrain.lake.filters`. Predicates on
+partition columns prune files; the others prune Parquet row groups by statistics and then rows.
 """
 
 from __future__ import annotations
@@ -22,19 +18,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.lake.filters import (
+    DNF,
+    DataFilter,
+    filter_expression,
+    normalize_filter,
+    partition_expression,
+)
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
-
-Predicate = tuple[str, str, Any]
-DNF = tuple[tuple[Predicate, ...], ...]
-DataFilter = Sequence[Any]
-
-_OPS = {"=", "==", "!=", "<", "<=", ">", ">=", "in", "not in"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +41,7 @@ class DataFile:
     path: str
     partition: tuple[tuple[str, str | None], ...] = ()
     num_records: int | None = None
+    deleted_rows: tuple[int, ...] = ()  # row indices (sorted) the file's deletion vector removes
 
 
 @dataclass(frozen=True)
@@ -80,16 +78,19 @@ class ScanPlan:
 
     @property
     def num_records(self) -> int | None:
-        """Rows in the selected files before any row-level filter, when the Delta log records it."""
+        """Rows in the selected files before any row-level filter, when the Delta log records it
+        (rows removed by deletion vectors not counted)."""
         counts = [f.num_records for f in self.files]
-        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+        if any(c is None for c in counts):
+            return None
+        return sum(c or 0 for c in counts) - sum(len(f.deleted_rows) for f in self.files)
 
     def dataset(self) -> pads.FileSystemDataset:
         """A pyarrow dataset over the selected files; partition columns come from the Delta log."""
         import pyarrow.dataset as pads
 
         fs, root = filesystem(self.ref.uri, self.storage_options)
-        exprs = [_partition_expression(f.partition, self.schema) for f in self.files]
+        exprs = [partition_expression(f.partition, self.schema) for f in self.files]
         return pads.FileSystemDataset.from_paths(
             [join(root, f.path) for f in self.files],
             schema=self.schema,
@@ -102,105 +103,41 @@ class ScanPlan:
         """The filter as a pyarrow expression (``None`` when there is no filter)."""
         return filter_expression(self.data_filter, self.schema)
 
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """The selected rows (deleted rows dropped, filter applied) of every file, ``columns`` only."""
+        from airflow_provider_dltrain.lake.reader import read_files
 
-def normalize_filter(data_filter: DataFilter | None) -> DNF:
-    """Return ``data_filter`` as an OR of AND-ed ``(column, op, value)`` triples; raise naming a bad part."""
-    if data_filter is None or (isinstance(data_filter, (list, tuple)) and len(data_filter) == 0):
-        return ()
-    if isinstance(data_filter, str):
-        try:
-            data_filter = json.loads(data_filter)
-        except ValueError as err:
-            raise InvalidSpecError(
-                f'data_filter {data_filter!r:.200} is not JSON; pass e.g. [["ds", "<=", "2026-11-28"]]'
-            ) from err
-    if not isinstance(data_filter, (list, tuple)):
-        raise InvalidSpecError(
-            f"data_filter must be a list of [column, op, value] triples, got {data_filter!r:.200}"
+        fs, root = filesystem(self.ref.uri, self.storage_options)
+        files = [(join(root, f.path), f.partition, f.deleted_rows) for f in self.files]
+        return read_files(fs, files, self.schema, columns, self.data_filter)
+
+    def row_groups(self, index: int) -> list[int]:
+        """Row groups of ``files[index]`` whose statistics do not rule out the filter."""
+        from airflow_provider_dltrain.lake.reader import row_groups
+
+        fs, root = filesystem(self.ref.uri, self.storage_options)
+        data_file = self.files[index]
+        return row_groups(fs, join(root, data_file.path), self.schema, data_file.partition, self.data_filter)
+
+    def read_row_group(
+        self, index: int, row_group: int, columns: Sequence[str], memory_pool: Any = None
+    ) -> pa.Table:
+        """The selected rows of one row group of ``files[index]``, ``columns`` only."""
+        from airflow_provider_dltrain.lake.reader import read_file
+
+        fs, root = filesystem(self.ref.uri, self.storage_options)
+        data_file = self.files[index]
+        return read_file(
+            fs,
+            join(root, data_file.path),
+            self.schema,
+            columns,
+            partition=data_file.partition,
+            deleted_rows=data_file.deleted_rows,
+            dnf=self.data_filter,
+            row_group=row_group,
+            memory_pool=memory_pool,
         )
-    first = data_filter[0]
-    is_dnf = isinstance(first, (list, tuple)) and len(first) > 0 and isinstance(first[0], (list, tuple))
-    conjunctions = data_filter if is_dnf else [data_filter]
-    return tuple(tuple(_predicate(p) for p in conj) for conj in conjunctions)
-
-
-def _predicate(item: Any) -> Predicate:
-    if not isinstance(item, (list, tuple)) or len(item) != 3 or not isinstance(item[0], str):
-        raise InvalidSpecError(f"data_filter entry {item!r:.200} must be [column, op, value]")
-    column, op, value = item
-    op = str(op).strip().lower()
-    if op not in _OPS:
-        raise InvalidSpecError(f"data_filter on {column!r}: operator {op!r} is not one of {sorted(_OPS)}")
-    if op in {"in", "not in"}:
-        if not isinstance(value, (list, tuple)):
-            raise InvalidSpecError(
-                f"data_filter on {column!r}: {op!r} needs a list of values, got {value!r:.100}"
-            )
-        value = tuple(value)
-    return (column, op, value)
-
-
-def _cast(value: Any, dtype: pa.DataType, column: str) -> Any:
-    import pyarrow as pa
-
-    try:
-        return pa.scalar(value).cast(dtype)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-        raise InvalidSpecError(
-            f"data_filter on {column!r}: value {value!r:.100} cannot be compared with a {dtype} column"
-        ) from err
-
-
-def filter_expression(dnf: DNF, schema: pa.Schema) -> pads.Expression | None:
-    """Translate a normalised filter into a pyarrow expression, checking every column exists."""
-    import pyarrow.dataset as pads
-
-    if not dnf:
-        return None
-    result = None
-    for conj in dnf:
-        term = None
-        for column, op, value in conj:
-            if schema.get_field_index(column) < 0:
-                raise InvalidSpecError(
-                    f"data_filter names column {column!r}, which the table lacks; columns: {schema.names}"
-                )
-            dtype = schema.field(column).type
-            ref = pads.field(column)
-            if op in {"in", "not in"}:
-                import pyarrow as pa
-
-                values = pa.array([_cast(v, dtype, column).as_py() for v in value], type=dtype)
-                pred = ref.isin(values) if op == "in" else ~ref.isin(values)
-            else:
-                scalar = _cast(value, dtype, column)
-                pred = {
-                    "=": ref == scalar,
-                    "==": ref == scalar,
-                    "!=": ref != scalar,
-                    "<": ref < scalar,
-                    "<=": ref <= scalar,
-                    ">": ref > scalar,
-                    ">=": ref >= scalar,
-                }[op]
-            term = pred if term is None else term & pred
-        result = term if result is None else result | term
-    return result
-
-
-def _partition_expression(
-    partition: tuple[tuple[str, str | None], ...], schema: pa.Schema
-) -> pads.Expression:
-    import pyarrow.dataset as pads
-
-    expr = pads.scalar(True)
-    for column, value in partition:
-        ref = pads.field(column)
-        if value is None:
-            expr = expr & ref.is_null()
-        else:
-            expr = expr & (ref == _cast(value, schema.field(column).type, column))
-    return expr
 
 
 def resolve(
@@ -209,38 +146,32 @@ def resolve(
     storage_options: StorageOptions | None = None,
 ) -> ScanPlan:
     """List the files of exactly ``ref``'s version that ``data_filter`` can select (delta-rs, here only)."""
-    import pyarrow as pa
-
-    from airflow_provider_dltrain.lake.table import open_table, ref_at
+    from airflow_provider_dltrain.lake.reader import scan_version
+    from airflow_provider_dltrain.lake.table import ref_at
 
     ref = DeltaRef.coerce(ref)
     ref = DeltaRef(normalize_uri(ref.uri), ref.version, ref.timestamp)
-    table = open_table(ref.uri, ref.version, storage_options)
+    scan = scan_version(ref, storage_options)  # every file: the filter is cast and applied below
     if ref.timestamp is None:  # a hand-written {"uri", "version"}: record when that version was committed
         ref = ref_at(ref.uri, ref.version, storage_options)
-    _check_readable(table, ref)
-    schema = pa.schema(table.schema().to_arrow())
-    partition_columns = tuple(table.metadata().partition_columns)
-    actions = pa.table(table.get_add_actions(flatten=True))
-    paths = actions.column("path").to_pylist()
-    counts = (
-        actions.column("num_records").to_pylist()
-        if "num_records" in actions.column_names
-        else [None] * len(paths)
-    )
-    values = {c: actions.column(f"partition.{c}").to_pylist() for c in partition_columns}
+    root = f"{normalize_uri(scan.ref.uri)}/"
     files = tuple(
         sorted(
             (
-                DataFile(path, tuple((c, _text(values[c][i])) for c in partition_columns), counts[i])
-                for i, path in enumerate(paths)
+                DataFile(f.uri.removeprefix(root), f.partition, f.num_records, f.deleted_rows)
+                for f in scan.files
             ),
             key=lambda f: f.path,
         )
     )
     plan = _prune(
         ScanPlan(
-            ref, schema, partition_columns, files, normalize_filter(data_filter), dict(storage_options or {})
+            ref,
+            scan.schema,
+            scan.partition_columns,
+            files,
+            normalize_filter(data_filter),
+            dict(storage_options or {}),
         )
     )
     return replace(plan, content_fingerprint=content_fingerprint(plan))
@@ -300,35 +231,16 @@ def _recorded_digests(plan: ScanPlan, groups: dict[str, tuple[DataFile, ...]]) -
 
 
 def _files_digest(plan: ScanPlan, files: Sequence[DataFile]) -> str | None:
-    """The content digest of ``files``' rows, computed the way ``lake.digest`` computes a partition's."""
+    """The content digest of ``files``' rows, computed the way ``lake.digest`` computes a partition's
+    (rows a deletion vector removed do not count)."""
     import pyarrow as pa
 
     from airflow_provider_dltrain.lake.digest import state_of_files
 
     fs, root = filesystem(plan.ref.uri, plan.storage_options)
     schema = pa.schema([f for f in plan.schema if f.name not in plan.partition_columns])
-    return state_of_files(fs, [join(root, f.path) for f in files], schema).content_digest(schema)
-
-
-# Reader features under which a Parquet file's rows/columns are not the table's rows/columns.
-_UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
-
-
-def _check_readable(table: Any, ref: DeltaRef) -> None:
-    features = set(table.protocol().reader_features or ())
-    blocked = sorted(features.intersection(_UNSUPPORTED_READER_FEATURES))
-    if blocked:
-        raise SchemaMismatchError(
-            f"{ref.uri} version {ref.version} uses Delta reader features {blocked}: reading its Parquet "
-            "files directly would return deleted rows or physical column names. Rewrite the table "
-            "without them (e.g. purge deletion vectors, disable column mapping) before training on it."
-        )
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    deleted = {join(root, f.path): f.deleted_rows for f in files if f.deleted_rows}
+    return state_of_files(fs, [join(root, f.path) for f in files], schema, deleted).content_digest(schema)
 
 
 def _prune(plan: ScanPlan) -> ScanPlan:

@@ -239,12 +239,8 @@ def _read(spec: LoaderSpec) -> _Loaded:
 
     plan = spec.plan
     needed = list(dict.fromkeys([*spec.columns, *([spec.key] if spec.key else [])]))
-    if plan.files:
-        # one scan with pyarrow's threads (files and columns in parallel): measured faster than
-        # a thread per file; the order of the rows it returns does not matter (content order below)
-        table = plan.dataset().to_table(columns=needed, filter=plan.expression(), use_threads=True)
-    else:
-        table = plan.schema.empty_table().select(needed)
+    # deleted rows dropped, filter applied; the order of the rows does not matter (content order below)
+    table = plan.read(needed)
     # Rows stay where the files put them; the positions lists are in content order instead. A batch
     # gathers the same rows in the same sequence as a content-sorted copy would, without the copy.
     # Without a key the rows' sample keys are found in two threads, each over half of the rows,

@@ -9,11 +9,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from airflow_provider_dltrain.lake.filters import DNF, DataFilter
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
-from airflow_provider_dltrain.training.data import DNF, DataFilter, ScanPlan, resolve
+from airflow_provider_dltrain.training.data import ScanPlan, resolve
 from airflow_provider_dltrain.training.hashing import canonical_json, code_identity, params_hash
 from airflow_provider_dltrain.training.rundir import local_run_dir
 from airflow_provider_dltrain.training.worker import RankJob, TrainFn

@@ -34,8 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.lake.storage import filesystem, join
-from airflow_provider_dltrain.training.data import ScanPlan, _partition_expression
+from airflow_provider_dltrain.training.data import ScanPlan
 from airflow_provider_dltrain.training.tensors import column_to_numpy, to_tensor
 
 if TYPE_CHECKING:
@@ -63,27 +62,6 @@ def needed_columns(spec: LoaderSpec) -> list[str]:
     return list(dict.fromkeys([*spec.columns, *([spec.key] if spec.key else [])]))
 
 
-def _fragment(plan: ScanPlan, index: int, row_group: int | None = None) -> Any:
-    """A Parquet fragment of one selected file (one row group of it when given); pyarrow only."""
-    import pyarrow.dataset as pads
-
-    fs, root = filesystem(plan.ref.uri, plan.storage_options)
-    data_file = plan.files[index]
-    return pads.ParquetFileFormat().make_fragment(
-        join(root, data_file.path),
-        filesystem=fs,
-        partition_expression=_partition_expression(data_file.partition, plan.schema),
-        row_groups=None if row_group is None else [row_group],
-    )
-
-
-def _row_groups(plan: ScanPlan, index: int) -> list[int]:
-    fragment = _fragment(plan, index)
-    expr = plan.expression()
-    pieces = fragment.split_by_row_group(filter=expr, schema=plan.schema)
-    return [piece.row_groups[0].id for piece in pieces]
-
-
 def memory_pool() -> pa.MemoryPool:
     """jemalloc when pyarrow has it, else the default pool.
 
@@ -100,11 +78,8 @@ def memory_pool() -> pa.MemoryPool:
 
 
 def read_unit(plan: ScanPlan, unit_file: int, row_group: int, columns: list[str]) -> pa.Table:
-    """The selected rows of one row group, ``columns`` only."""
-    fragment = _fragment(plan, unit_file, row_group)
-    return fragment.to_table(
-        schema=plan.schema, columns=columns, filter=plan.expression(), memory_pool=memory_pool()
-    )
+    """The selected rows of one row group (deleted rows dropped), ``columns`` only."""
+    return plan.read_row_group(unit_file, row_group, columns, memory_pool())
 
 
 def _survey_one(spec: LoaderSpec, index: int, row_group: int) -> Unit:
@@ -127,7 +102,7 @@ def survey(spec: LoaderSpec) -> tuple[Unit, ...]:
     """Every non-empty unit of the plan, sorted by content digest (ties: identical contents)."""
     plan = spec.plan
     with ThreadPoolExecutor(max_workers=2) as pool:
-        groups = list(pool.map(lambda i: _row_groups(plan, i), range(len(plan.files))))
+        groups = list(pool.map(plan.row_groups, range(len(plan.files))))
         pairs = [(i, g) for i, ids in enumerate(groups) for g in ids]
         units = list(pool.map(lambda p: _survey_one(spec, *p), pairs))
     return tuple(sorted((u for u in units if u.rows), key=lambda u: (u.digest, u.rows)))

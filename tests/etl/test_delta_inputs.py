@@ -13,7 +13,7 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatch
 from airflow_provider_dltrain.lake import latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lake"))
-from deletion_vectors import delete_with_deletion_vector
+from deletion_vectors import delete_with_deletion_vector, enable_column_mapping
 
 DV_ON = {"delta.enableDeletionVectors": "true"}
 
@@ -132,22 +132,8 @@ def test_the_operator_refuses_a_bad_filter_without_retry_before_any_spark_job(tm
 
 
 def test_a_column_mapped_table_is_refused_naming_table_version_and_feature(spark, tmp_path):
-    import json
-
-    uri = _table(tmp_path)  # delta-rs cannot enable column mapping: commit the metadata change by hand
-    first = (Path(uri) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
-    meta = next(json.loads(line)["metaData"] for line in first if "metaData" in line)
-    schema = json.loads(meta["schemaString"])
-    for i, field in enumerate(schema["fields"], start=1):
-        field["metadata"] = {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": field["name"]}
-    meta["schemaString"] = json.dumps(schema)
-    meta["configuration"] = {
-        **(meta.get("configuration") or {}),
-        "delta.columnMapping.mode": "name",
-        "delta.columnMapping.maxColumnId": str(len(schema["fields"])),
-    }
-    actions = [{"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}}, {"metaData": meta}]
-    (Path(uri) / "_delta_log" / f"{1:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    uri = _table(tmp_path)
+    enable_column_mapping(uri)
     ref = latest(uri)
     with pytest.raises(SchemaMismatchError, match=r"version 1 uses Delta reader feature.*columnMapping"):
         read_delta(spark, ref)

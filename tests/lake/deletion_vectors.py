@@ -1,5 +1,6 @@
 """Write a real Delta deletion vector (inline, RoaringBitmapArray) — delta-rs 1.6 rewrites files on
-delete instead, so this is how tests get a version whose Parquet files still hold deleted rows."""
+delete instead, so this is how tests get a version whose Parquet files still hold deleted rows.
+Also column mapping, which delta-rs cannot enable either."""
 
 from __future__ import annotations
 
@@ -66,5 +67,25 @@ def delete_with_deletion_vector(table_dir: str, partition: dict[str, str], rows:
         {"remove": remove},
         {"add": {**add, "deletionVector": dv, "dataChange": True, "modificationTime": now}},
     ]
+    (log_dir / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return version
+
+
+def enable_column_mapping(table_dir: str) -> int:
+    """Commit the metadata change that turns on column mapping (mode ``name``); return its version."""
+    log_dir = Path(table_dir) / "_delta_log"
+    first = (log_dir / f"{0:020d}.json").read_text().splitlines()
+    meta = next(json.loads(line)["metaData"] for line in first if "metaData" in line)
+    schema = json.loads(meta["schemaString"])
+    for i, field in enumerate(schema["fields"], start=1):
+        field["metadata"] = {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": field["name"]}
+    meta["schemaString"] = json.dumps(schema)
+    meta["configuration"] = {
+        **(meta.get("configuration") or {}),
+        "delta.columnMapping.mode": "name",
+        "delta.columnMapping.maxColumnId": str(len(schema["fields"])),
+    }
+    version = len(sorted(log_dir.glob("*.json")))
+    actions = [{"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}}, {"metaData": meta}]
     (log_dir / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
     return version

@@ -155,7 +155,7 @@ def test_a_schema_conflict_at_commit_removes_the_written_files(tmp_path):
 def test_restoring_rows_another_engine_deleted_through_a_deletion_vector_commits_them(tmp_path):
     from deltalake import write_deltalake
 
-    from airflow_provider_dltrain.lake.table import scan_version
+    from airflow_provider_dltrain.lake.reader import scan_version
     from tests.lake.deletion_vectors import delete_with_deletion_vector
 
     uri = str(tmp_path / "t")

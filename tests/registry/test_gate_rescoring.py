@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +22,9 @@ from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.operators.registry import RegisterModelOperator
 from airflow_provider_dltrain.registry import GateEvaluation, GateSpec, register_and_promote
 from airflow_provider_dltrain.registry.config import TrackingConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lake"))
+from deletion_vectors import delete_with_deletion_vector
 
 ACCURACY = GateSpec(metric="val_accuracy", mode="max")
 
@@ -195,6 +200,36 @@ def test_the_training_hparams_are_kept_on_the_version_for_the_evaluation(store, 
     promote(store, name, trained.champion, GateEvaluation(DEMO_EVALUATE))
     tags = store.client().get_model_version(name, "1").tags
     assert json.loads(tags["dltrain.hparams"]) == trained.champion.params
+
+
+def test_rows_a_deletion_vector_removed_are_not_among_the_gates_evaluation_rows(
+    store, trained, name, tmp_path
+):
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+    from deltalake.table import TableFeatures
+
+    uri = str(tmp_path / "holdout")
+    write_digits(uri, DAYS[2:])
+    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+    (path,) = (Path(uri) / f"ds={DAYS[2]}").glob("*.parquet")
+    every = pq.read_table(path, columns=["source_file"]).column("source_file").to_pylist()
+    delete_with_deletion_vector(uri, {"ds": DAYS[2]}, [0, 1, 2])
+    seen: list[list[str]] = []
+
+    def evaluate(ctx, model):
+        seen.append(
+            [k for batch in ctx.dataloader(100, columns=["source_file"]) for k in batch["source_file"]]
+        )
+        return {"val_accuracy": 0.5}
+
+    promote(store, name, trained.champion)
+    outcome = promote(
+        store, name, trained.challenger, GateEvaluation(evaluate, dataset={"uri": uri, "version": 2})
+    )
+    assert len(seen) == 2  # challenger and champion
+    assert all(sorted(rows) == sorted(every[3:]) for rows in seen)
+    assert outcome.eval_rows == len(every) - 3
 
 
 # -- RegisterModelOperator -------------------------------------------------------------------------

@@ -168,14 +168,3 @@ def test_each_pass_over_the_loader_is_the_next_epoch_and_len_counts_this_ranks_b
     second = [k for b in loader for k in b["source_file"]]
     assert first == _keys(loader.spec, 0) and second == _keys(loader.spec, 1)
     assert len(loader) == len(rank_slices(N_DIGITS, 16, 1, 2))
-
-
-def test_a_table_with_deletion_vectors_is_refused_rather_than_read_with_its_deleted_rows(tmp_path):
-    from deltalake import DeltaTable
-    from deltalake.table import TableFeatures
-
-    uri = str(tmp_path / "digits")
-    write_digits(uri, DAYS[:1])
-    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
-    with pytest.raises(SchemaMismatchError, match="deletionVectors"):
-        resolve(lake.latest(uri))
