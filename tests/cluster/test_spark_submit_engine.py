@@ -373,7 +373,9 @@ def test_batch_inference_scores_on_the_cluster_through_spark_submit(standalone_c
         poll_interval=0.5,
     )
     result = op.execute(_context("score"))
-    assert result == DeltaLog(out).ref(0).to_dict(), _submit_log(_active(tmp_path, "score"))
+    assert result == {**DeltaLog(out).ref(0).to_dict(), "committed": True}, _submit_log(
+        _active(tmp_path, "score")
+    )
 
     table = open_table(out).to_pyarrow_table().sort_by("id")
     assert table.column("id").to_pylist() == list(range(SCORE_ROWS))
