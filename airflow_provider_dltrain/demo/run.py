@@ -207,14 +207,6 @@ class _BatchReader:
             self.on_result(outcome)
 
 
-def run_dag_for_date(
-    dag_id: str, ds: str, env: dict[str, str], conf: dict[str, Any] | None = None
-) -> DagRunOutcome:
-    """One run of ``dag_id`` covering [ds, ds+1), exactly as a backfill of ds."""
-    outcomes = run_dags([(dag_id, ds, conf)], env)
-    return outcomes[0]
-
-
 _STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+Z)")
 _SPARK = re.compile(r"Spark session \S+ started in ([0-9.]+)s")
 
