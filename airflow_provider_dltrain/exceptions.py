@@ -35,6 +35,17 @@ class SchemaMismatchError(DltrainUserError):
 class NoFilesMatchedError(DltrainUserError):
     """An input's glob matches no file where the input points; the message names the glob and the path."""
 
+    @classmethod
+    def at(cls, where: str, glob: str, others: list[str]) -> NoFilesMatchedError:
+        """The error for ``glob`` at ``where``, naming a few of the ``others`` files found there instead."""
+        there = (
+            f"{len(others)} other file(s) there, e.g. {', '.join(others[:3])}" if others else "no file there"
+        )
+        return cls(
+            f"no file matched {glob!r} at {where} ({there}). Check the input's path or pathGlobFilter "
+            "against the names of the landed files; retrying cannot help."
+        )
+
 
 class BadDataError(DltrainUserError):
     """Too many input rows were rejected; nothing was committed.

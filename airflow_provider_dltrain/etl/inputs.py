@@ -152,10 +152,10 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
         df = spark.read.format(fmt).options(**options).load(local)
     except Exception as err:
         if _has_glob(local) and _not_found(err) and os.path.isdir(_split_glob(local)[0]):
-            raise NoFilesMatchedError(_no_match(*_split_glob(local))) from None
+            raise _no_match(*_split_glob(local)) from None
         raise
     if (glob or _has_glob(local)) and not df.inputFiles():
-        raise NoFilesMatchedError(_no_match(local, glob) if glob else _no_match(*_split_glob(local)))
+        raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
     return df
 
 
@@ -174,7 +174,7 @@ def _split_glob(path: str) -> tuple[str, str]:
     return "/".join(parts[:first]) or "/", "/".join(parts[first:])
 
 
-def _no_match(folder: str, glob: str) -> str:
+def _no_match(folder: str, glob: str) -> NoFilesMatchedError:
     """``no file matched <glob>``, with what the folder holds instead (a few names)."""
     try:
         names = sorted(
@@ -182,15 +182,7 @@ def _no_match(folder: str, glob: str) -> str:
         )
     except OSError:
         names = []
-    there = f"{len(names)} other file(s) there, e.g. {', '.join(names[:3])}" if names else "no file there"
-    return no_match_message(folder, glob, there)
-
-
-def no_match_message(where: str, glob: str, there: str) -> str:
-    return (
-        f"no file matched {glob!r} at {where} ({there}). Check the input's path or pathGlobFilter "
-        "against the names of the landed files; retrying cannot help."
-    )
+    return NoFilesMatchedError.at(folder, glob, names)
 
 
 def source_of(spec: Any) -> str:

@@ -61,11 +61,8 @@ def read_remote(
     glob = options.pop("pathGlobFilter", None)
     files = list_files(uri, storage_options, glob)
     if not files and glob:
-        from airflow_provider_dltrain.etl.inputs import no_match_message
-
         names = [f[0].rsplit("/", 1)[-1] for f in list_files(uri, storage_options)]
-        there = f"{len(names)} other file(s) there, e.g. {', '.join(names[:3])}" if names else "no file there"
-        raise NoFilesMatchedError(no_match_message(uri, glob, there))
+        raise NoFilesMatchedError.at(uri, glob, names)
     if not files and fmt not in ("binaryFile", "text"):
         raise InputNotFoundError(f"nothing at {uri} (no {fmt} files there)")
     opts = dict(storage_options or {})
