@@ -5,6 +5,10 @@ path with an ``aws`` and an ``mlflow`` connection defined by ``AIRFLOW_CONN_*`` 
 distinctive secrets; then every file the run left (task logs, the Airflow DB, the MLflow store and
 artifacts, run directories), every XCom value, every trigger's decrypted kwargs and every MLflow
 param and tag are searched for them.
+
+The retrain DAG trains with ``DLTRAIN_TRAIN_BACKEND=horovod`` (2 ranks under ``horovodrun``) when
+Horovod is built (``make test`` builds it): the credentials then also travel to the ranks, and the
+same run shows that the retrain DAG trains, registers and scores with Horovod.
 """
 
 from __future__ import annotations
@@ -20,11 +24,18 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
+try:
+    import horovod.torch  # noqa: F401
+
+    HOROVOD = True
+except ImportError:  # the secrets tests still run, with the DAG's default DDP backend
+    HOROVOD = False
 
 AWS_SECRET = "awsSECRETkey-e2e-7Qz9Lw"
 MLFLOW_PASSWORD = "mlflowPASSWORD-e2e-4Kd8Rv"
 SECRETS = (AWS_SECRET, MLFLOW_PASSWORD)
 DS = "2026-11-24"
+PER_DAY = 120
 FAST = {"epochs": 2, "batch_size": 32, "lr": 0.003, "seed": 7}
 _TRIGGER_KWARGS = """
 import json
@@ -45,7 +56,7 @@ def finished(tmp_path_factory):
         from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db, run_dags
         from airflow_provider_dltrain.demo.seed import seed
 
-        seed(paths.landing(), date.fromisoformat(DS), 1, per_day=120)
+        seed(paths.landing(), date.fromisoformat(DS), 1, per_day=PER_DAY)
         env = airflow_env()
         env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
             {
@@ -58,6 +69,9 @@ def finished(tmp_path_factory):
         env["AIRFLOW_CONN_MLFLOW_DEFAULT"] = json.dumps(
             {"conn_type": "mlflow", "host": paths.mlflow_uri(), "login": "alice", "password": MLFLOW_PASSWORD}
         )
+        if HOROVOD:
+            env["DLTRAIN_TRAIN_BACKEND"] = "horovod"
+            env["DLTRAIN_TRAIN_BACKEND_OPTIONS"] = json.dumps({"num_processes": 2})
         ensure_airflow_db(env)
         runs = [("dltrain_ingest", DS, None), ("dltrain_retrain", DS, {"hparams": FAST})]
         outcomes = run_dags(runs, env)
@@ -116,3 +130,25 @@ def test_no_mlflow_param_or_tag_holds_a_secret(finished):
     texts += [json.dumps(dict(m.tags)) for m in client.search_registered_models()]
     texts += [json.dumps(dict(e.tags)) for e in experiments]
     assert [t for t in texts if _leaks(t)] == []
+
+
+def test_retrain_dag_with_horovod_trains_two_ranks_registers_and_scores(finished):
+    if not HOROVOD:
+        pytest.skip("Horovod is built by `make horovod` (make test does it)")
+    _, paths = finished
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()
+    experiment = client.get_experiment_by_name("dltrain_digits")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["dltrain.backend"] == "horovod" and run.data.tags["dltrain.world_size"] == "2"
+    (version,) = client.search_model_versions("name='dltrain_digits'")
+    assert version.run_id == run.info.run_id
+    import pyarrow.dataset as pads
+
+    from airflow_provider_dltrain import lake
+
+    uri = paths.table("digit_predictions")
+    scored = lake.open_table(uri).to_pyarrow_dataset().to_table(filter=pads.field("ds") == DS)
+    assert scored.num_rows == PER_DAY  # every image of D scored once, by the Horovod-trained champion

@@ -106,42 +106,6 @@ def _log_places(cloud, engine, ids):
     return f"{prefix}{ids['job_run_id']}/SPARK_DRIVER/"
 
 
-@pytest.mark.parametrize("engine", ["glue", "emr", "emr_serverless"])
-def test_cloud_engine_commits_the_partition_and_returns_the_delta_ref(cloud, engine):
-    from deltalake import DeltaTable
-
-    op = _operator(cloud, engine)
-    # The operator's task log, kept here (Airflow's logging setup may replace the root's handlers).
-    task_log, records = logging.getLogger(f"dltrain.tests.task.{engine}"), []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = records.append  # type: ignore[method-assign]
-    task_log.addHandler(handler)
-    task_log.setLevel(logging.INFO)
-    context = _context(op.task_id)
-    try:
-        with mock.patch.object(type(op), "log", task_log):
-            result = op.execute(context)
-    finally:
-        task_log.removeHandler(handler)
-    assert result["version"] == 0 and result["committed"] is True and result["rows_written"] == 3
-    # The task log tells the story of the job: what it wrote, and where its own logs are.
-    (summary,) = [r.getMessage() for r in records if " succeeded" in r.getMessage()]
-    ids = context["ti"].xcom_push.call_args.kwargs["value"]["ids"]
-    lines = summary.splitlines()
-    assert lines[1:3] == [f"  table {result['uri']} version 0: committed", "  rows: 3 written, 0 quarantined"]
-    assert len(lines) == 4 and lines[3].startswith("  logs: ") and _log_places(cloud, engine, ids) in lines[3]
-    assert "testing" not in summary  # no credentials
-    table = DeltaTable(result["uri"], storage_options=cloud["storage"])
-    rows = sorted(table.to_pyarrow_table().select(["id", "x2", "ds"]).to_pylist(), key=lambda r: r["id"])
-    assert rows == [
-        {"id": 1, "x2": 3.0, "ds": "2026-11-28"},
-        {"id": 2, "x2": 5.0, "ds": "2026-11-28"},
-        {"id": 3, "x2": -2.0, "ds": "2026-11-28"},
-    ]
-    history = table.history()[0]
-    assert history["airflow.dag_id"] == "cloud_dag" and history["airflow.task_id"] == op.task_id
-
-
 def _table_exists(cloud, engine):
     s3 = aws_client("s3", cloud["endpoint"])
     listed = s3.list_objects_v2(Bucket=cloud["bucket"], Prefix=f"lake/t_{engine}/_delta_log/")
@@ -211,9 +175,13 @@ def test_killing_the_task_cancels_the_job_and_terminates_the_transient_cluster(c
 
 
 @pytest.mark.parametrize("engine", ["glue", "emr", "emr_serverless"])
-def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job(cloud, engine):
-    """Try 1 submits and its worker dies (no finally runs); try 2 finds the job and waits for it."""
-    from airflow_provider_dltrain.operators.engine_run import EngineRun
+def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job_which_commits(cloud, engine):
+    """Try 1 submits and its worker dies (no finally runs); try 2 finds the job and waits for it; the
+    job commits the partition and the operator returns the DeltaRef, logs the job's summary and
+    pushes the job (the "Job console" link)."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB, EngineRun
 
     def jobs():
         if engine == "glue":
@@ -240,10 +208,43 @@ def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job(cloud, engin
         first.execute(_context(first.task_id, try_number=1))
 
     second = _operator(cloud, engine, transform="etl_jobs:slow", transform_params={"seconds": 4})
-    result = second.execute(_context(second.task_id, try_number=2))
-    assert result["rows_written"] == 3 and result["version"] == 0
+    # The operator's task log, kept here (Airflow's logging setup may replace the root's handlers).
+    task_log, records = logging.getLogger(f"dltrain.tests.task.{engine}"), []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    task_log.addHandler(handler)
+    task_log.setLevel(logging.INFO)
+    context = _context(second.task_id, try_number=2)
+    try:
+        with mock.patch.object(type(second), "log", task_log):
+            result = second.execute(context)
+    finally:
+        task_log.removeHandler(handler)
     assert second._job is None
     assert jobs() == before + 1  # one job for the task instance, whatever the number of tries
+    # the job committed the partition, and the operator returns its DeltaRef
+    assert result["version"] == 0 and result["committed"] is True and result["rows_written"] == 3
+    # The task log tells the story of the job: what it wrote, and where its own logs are.
+    (summary,) = [r.getMessage() for r in records if " succeeded" in r.getMessage()]
+    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in context["ti"].xcom_push.call_args_list}
+    ids = pushed[XCOM_JOB]["ids"]
+    lines = summary.splitlines()
+    assert lines[1:3] == [f"  table {result['uri']} version 0: committed", "  rows: 3 written, 0 quarantined"]
+    assert len(lines) == 4 and lines[3].startswith("  logs: ") and _log_places(cloud, engine, ids) in lines[3]
+    assert "testing" not in summary  # no credentials
+    table = DeltaTable(result["uri"], storage_options=cloud["storage"])
+    rows = sorted(table.to_pyarrow_table().select(["id", "x2", "ds"]).to_pylist(), key=lambda r: r["id"])
+    assert rows == [
+        {"id": 1, "x2": 3.0, "ds": "2026-11-28"},
+        {"id": 2, "x2": 5.0, "ds": "2026-11-28"},
+        {"id": 3, "x2": -2.0, "ds": "2026-11-28"},
+    ]
+    history = table.history()[0]
+    assert history["airflow.dag_id"] == "cloud_dag" and history["airflow.task_id"] == second.task_id
+    if engine == "glue":  # the "Job console" link: the Glue Studio page of this job run
+        url = pushed[XCOM_JOB]["console_url"]
+        assert url.startswith("https://us-east-1.console.aws.amazon.com/gluestudio/")
+        assert ids["job_run_id"] in url
 
 
 def test_deferrable_waits_in_the_triggerer_and_resumes_with_the_result(cloud):
@@ -268,18 +269,6 @@ def test_deferrable_waits_in_the_triggerer_and_resumes_with_the_result(cloud):
     result = getattr(op, deferred.value.method_name)(context, event.payload)
     assert result["rows_written"] == 3
     # the transient cluster was torn down when the task resumed (aws_leak_check)
-
-
-def test_console_link_points_at_the_job(cloud):
-    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
-
-    op = _operator(cloud, "glue")
-    context = _context(op.task_id)
-    op.execute(context)
-    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in context["ti"].xcom_push.call_args_list}
-    url = pushed[XCOM_JOB]["console_url"]
-    assert url.startswith("https://us-east-1.console.aws.amazon.com/gluestudio/")
-    assert pushed[XCOM_JOB]["ids"]["job_run_id"] in url
 
 
 def test_killing_a_deferred_task_cancels_its_job_from_the_triggerer(cloud):
