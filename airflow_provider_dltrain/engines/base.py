@@ -16,13 +16,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.spec import JobSpec, RunIdentity
 from airflow_provider_dltrain.exceptions import DltrainError, DltrainUserError
-
-if TYPE_CHECKING:
-    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +74,7 @@ class JobHandle:
 class StagedRun:
     """Where staging put the spec, the entry script and the code bundle."""
 
-    spec: RunSpec | TrainJobSpec
+    spec: JobSpec
     spec_uri: str
     script_uri: str
     code_uri: str
@@ -156,7 +153,7 @@ def outcome(engine: Engine, handle: JobHandle, status: JobStatus) -> dict[str, A
     error = JobUserError if written.get("user_error") else JobFailedError
     logs = log_location(engine, handle)
     raise error(
-        f"{engine.name} job {_ids(handle)} {what}: {reason}. Nothing was committed by it."
+        f"{engine.name} job {describe_ids(handle)} {what}: {reason}. Nothing was committed by it."
         + (f" Logs: {logs}" if logs else "")
     )
 
@@ -179,7 +176,7 @@ def job_summary(engine: Engine, handle: JobHandle, result: Mapping[str, Any]) ->
     Only keys of the result that are there are shown (an ETL or scoring result has them all); no
     secret is ever part of a result.
     """
-    lines = [f"{engine.name} job {_ids(handle)} succeeded"]
+    lines = [f"{engine.name} job {describe_ids(handle)} succeeded"]
     if result.get("uri") is not None and result.get("version") is not None:
         state = (
             "committed"
@@ -205,7 +202,8 @@ def job_summary(engine: Engine, handle: JobHandle, result: Mapping[str, Any]) ->
     return "\n".join(lines)
 
 
-def _ids(handle: JobHandle) -> str:
+def describe_ids(handle: JobHandle) -> str:
+    """``key=value`` for each of the job's ids, for messages."""
     return " ".join(f"{k}={v}" for k, v in handle.ids.items())
 
 

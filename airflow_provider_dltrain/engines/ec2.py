@@ -15,7 +15,7 @@ before each launch, so a retry completes the cluster it finds instead of startin
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -23,7 +23,6 @@ from airflow_provider_dltrain.engines.base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
-    JobFailedError,
     JobHandle,
     JobStatus,
     StagedRun,
@@ -35,6 +34,7 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     render_user_data,
     ssh_key_pair,
 )
+from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager
 from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
@@ -380,12 +380,6 @@ class Ec2Engine(TrainingEngine):
         run_uri = handle.result_uri.rsplit("/", 1)[0]
         self.stager.delete(f"{run_uri}/ssh/id_ed25519")
 
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(f"ec2 job {handle.ids['job_name']} wrote no result at {handle.result_uri}")
-        return data
-
 
 def terminate_job(ec2: Any, job: str) -> list[str]:
     """Terminate every live instance tagged with ``job``; the ids it terminated."""
@@ -415,3 +409,34 @@ def _summary(instance: Mapping[str, Any]) -> dict[str, Any]:
         or instance.get("StateTransitionReason", ""),
         "tags": tags,
     }
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "ec2_instance", "terminate"
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every live instance of a per-run cluster (tagged with its task's identity)."""
+    filters = [
+        {"Name": "tag-key", "Values": ["dltrain:run_id"]},
+        {"Name": "instance-state-name", "Values": LIVE},
+    ]
+    pages = clients("ec2").get_paginator("describe_instances").paginate(Filters=filters)
+    for instance in (
+        i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])
+    ):
+        identity = identity_of(instance.get("Tags"))
+        if identity is None:
+            continue
+        yield Resource(
+            RESOURCE_KIND,
+            instance["InstanceId"],
+            identity,
+            instance["State"]["Name"],
+            instance.get("LaunchTime"),
+            {"instance_id": instance["InstanceId"]},
+        )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    clients("ec2").terminate_instances(InstanceIds=[res.ids["instance_id"]])

@@ -10,7 +10,7 @@ transient cluster runs one step and terminates itself, and is also terminated by
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -19,13 +19,13 @@ from airflow_provider_dltrain.engines.base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
-    JobFailedError,
     JobHandle,
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
-from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 STEP_STATES = {
@@ -41,7 +41,7 @@ ACTIVE_CLUSTER = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 ACTIVE_STEP = ["PENDING", "RUNNING", "CANCEL_PENDING"]
 
 
-class EmrEngine:
+class EmrEngine(StagedResults):
     """Run stages as EMR steps.
 
     :param cluster_id: an existing cluster (``j-…``); without it each run creates a transient cluster.
@@ -178,12 +178,6 @@ class EmrEngine:
         if cluster_id:
             self.emr.terminate_job_flows(JobFlowIds=[cluster_id])
 
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(f"emr step {handle.ids['step_id']} wrote no result at {handle.result_uri}")
-        return data
-
     def log_location(self, handle: JobHandle) -> str:
         """The step's logs under the cluster's ``LogUri`` (EMR copies them there every few minutes)."""
         cluster_id, step_id = handle.ids["cluster_id"], handle.ids["step_id"]
@@ -195,3 +189,31 @@ class EmrEngine:
             )
         uri = re.sub(r"^s3[an]://", "s3://", uri).rstrip("/")
         return f"{uri}/{cluster_id}/steps/{step_id}/ (stderr.gz, stdout.gz)"
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "emr_cluster", "terminate"
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every starting or running EMR cluster carrying a task identity."""
+    client = clients("emr")
+    pages = client.get_paginator("list_clusters").paginate(ClusterStates=ACTIVE_CLUSTER)
+    for summary in (c for page in pages for c in page.get("Clusters", [])):
+        cluster = client.describe_cluster(ClusterId=summary["Id"])["Cluster"]
+        identity = identity_of(cluster.get("Tags"))
+        if identity is None:
+            continue
+        status = cluster["Status"]
+        yield Resource(
+            RESOURCE_KIND,
+            cluster["Id"],
+            identity,
+            status["State"],
+            status.get("Timeline", {}).get("CreationDateTime"),
+            {"cluster_id": cluster["Id"]},
+        )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    clients("emr").terminate_job_flows(JobFlowIds=[res.ids["cluster_id"]])

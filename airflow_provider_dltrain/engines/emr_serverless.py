@@ -7,6 +7,7 @@ Runs are named after the task and tagged, so a retry finds the run an earlier tr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -15,13 +16,13 @@ from airflow_provider_dltrain.engines.base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
-    JobFailedError,
     JobHandle,
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
-from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 STATES = {
@@ -38,7 +39,7 @@ STATES = {
 ACTIVE = ["SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING"]
 
 
-class EmrServerlessEngine:
+class EmrServerlessEngine(StagedResults):
     """Run stages as EMR Serverless job runs.
 
     :param application_id: the Spark application (release emr-7.x: Spark 3.5).
@@ -152,14 +153,6 @@ class EmrServerlessEngine:
     def teardown(self, handle: JobHandle) -> None:
         """Nothing per run: the application is the user's and stops itself when idle."""
 
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(
-                f"emr_serverless run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
-            )
-        return data
-
     def log_location(self, handle: JobHandle) -> str:
         """The driver's logs under the ``log_uri`` engine option, when one is set."""
         app, run_id = handle.ids["application_id"], handle.ids["job_run_id"]
@@ -169,3 +162,44 @@ class EmrServerlessEngine:
                 "(managed storage), not in S3"
             )
         return f"{self.log_uri.rstrip('/')}/applications/{app}/jobs/{run_id}/SPARK_DRIVER/ (stderr.gz, stdout.gz)"
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "emr_serverless_job_run", "cancel"
+# Not CANCELLING: a cancel is already under way.
+LIVE = [s for s in ACTIVE if s != "CANCELLING"]
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every live job run (of any application not terminated) carrying a task identity."""
+    client = clients("emr-serverless")
+    for page in client.get_paginator("list_applications").paginate():
+        for app in page.get("applications", []):
+            if app.get("state") == "TERMINATED":
+                continue
+            try:
+                runs_pages = client.get_paginator("list_job_runs").paginate(
+                    applicationId=app["id"], states=LIVE
+                )
+                summaries = [r for p in runs_pages for r in p.get("jobRuns", [])]
+            except client.exceptions.ResourceNotFoundException:
+                continue  # deleted since it was listed (moto: also an application that never ran)
+            for summary in summaries:
+                run = client.get_job_run(applicationId=app["id"], jobRunId=summary["id"])["jobRun"]
+                identity = RunIdentity.from_tags(run.get("tags") or {})
+                if identity is None:
+                    continue
+                yield Resource(
+                    RESOURCE_KIND,
+                    f"{app['id']}/{run['jobRunId']}",
+                    identity,
+                    run["state"],
+                    run.get("createdAt"),
+                    {"application_id": app["id"], "job_run_id": run["jobRunId"]},
+                )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    clients("emr-serverless").cancel_job_run(
+        applicationId=res.ids["application_id"], jobRunId=res.ids["job_run_id"]
+    )

@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_dltrain.engines.objects import read_object, write_object
 from airflow_provider_dltrain.engines.spec import RunSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError
 
@@ -32,32 +33,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def read_uri(uri: str) -> bytes:
-    if uri.startswith(("s3://", "s3a://")):
-        import boto3
-
-        from airflow_provider_dltrain.engines.staging import split_s3
-
-        bucket, key = split_s3(uri)
-        return bytes(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
-    with open(uri[len("file://") :] if uri.startswith("file://") else uri, "rb") as fh:
-        return fh.read()
+    data = read_object(uri)
+    if data is None:
+        raise FileNotFoundError(f"nothing at {uri}")
+    return data
 
 
 def write_uri(uri: str, data: bytes) -> None:
-    if uri.startswith(("s3://", "s3a://")):
-        import boto3
-
-        from airflow_provider_dltrain.engines.staging import split_s3
-
-        bucket, key = split_s3(uri)
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=data)
-        return
-    import os
-
-    path = uri[len("file://") :] if uri.startswith("file://") else uri
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as fh:
-        fh.write(data)
+    write_object(uri, data)
 
 
 def job_session(conf: dict[str, str] | None, code_paths: Sequence[str]) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -21,13 +21,13 @@ from airflow_provider_dltrain.engines.base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
-    JobFailedError,
     JobHandle,
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
-from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ ACTIVE = ("STARTING", "WAITING", "RUNNING", "STOPPING")
 DEFAULT_MODULES = ("deltalake==1.6.6", "tenacity>=9")
 
 
-class GlueEngine:
+class GlueEngine(StagedResults):
     """Run stages as AWS Glue (Spark) job runs.
 
     :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
@@ -194,14 +194,6 @@ class GlueEngine:
     def teardown(self, handle: JobHandle) -> None:
         """Nothing per run: the Glue job definition stays for the next date (no cost while idle)."""
 
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(
-                f"glue job run {handle.ids['job_run_id']} wrote no result at {handle.result_uri}"
-            )
-        return data
-
     def log_location(self, handle: JobHandle) -> str:
         """The run's CloudWatch log groups and stream (the stream is named after the run id)."""
         run_id = handle.ids["job_run_id"]
@@ -210,3 +202,68 @@ class GlueEngine:
         where = f"CloudWatch log group {group}/output (errors: {group}/error), log stream {run_id}"
         continuous = self.default_arguments.get("--continuous-log-logGroup")
         return where + (f"; continuous logs: log group {continuous}" if continuous else "")
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "glue_job_run", "stop"
+LIVE = ["STARTING", "RUNNING", "WAITING"]
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every live run of our jobs (tagged ``dltrain:managed``) whose arguments name a task."""
+    glue = clients("glue")
+    # ListJobs filters by tag in one call (moto too); GetJobs would need a GetTags per job.
+    pages = glue.get_paginator("list_jobs").paginate(Tags={"dltrain:managed": "true"})
+    job_tags: _GlueJobTags | None = None
+    for name in (n for page in pages for n in page.get("JobNames", [])):
+        try:
+            runs_pages = glue.get_paginator("get_job_runs").paginate(JobName=name)
+            runs = [r for page in runs_pages for r in page.get("JobRuns", [])]
+        except glue.exceptions.EntityNotFoundException:
+            continue  # deleted since it was listed
+        for run in runs:
+            args = run.get("Arguments") or {}
+            if run.get("JobRunState") not in LIVE or "--dltrain-run-id" not in args:
+                continue
+            if "--dltrain-task-id" not in args:  # a run started before runs carried the whole identity
+                job_tags = job_tags or _GlueJobTags(clients)
+                args = {**job_tags.arguments(name), **args}
+            yield Resource(
+                RESOURCE_KIND,
+                f"{name}/{run['Id']}",
+                _identity_from_arguments(args),
+                run["JobRunState"],
+                run.get("StartedOn"),
+                {"job_name": name, "job_run_id": run["Id"]},
+            )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    out = clients("glue").batch_stop_job_run(JobName=res.ids["job_name"], JobRunIds=[res.ids["job_run_id"]])
+    errors = [e.get("ErrorDetail", {}).get("ErrorMessage", "") for e in out.get("Errors", [])]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def _identity_from_arguments(args: Mapping[str, str]) -> RunIdentity:
+    return RunIdentity(
+        dag_id=args.get("--dltrain-dag-id", "adhoc"),
+        run_id=args["--dltrain-run-id"],
+        task_id=args.get("--dltrain-task-id", "adhoc"),
+        map_index=int(args.get("--dltrain-map-index", "-1")),
+    )
+
+
+class _GlueJobTags:
+    """A job's identity tags as run arguments (``arn:aws:glue:<region>:<account>:job/<name>``)."""
+
+    def __init__(self, clients: Clients) -> None:
+        self.glue = clients("glue")
+        account = clients("sts").get_caller_identity()["Account"]
+        self.prefix = f"arn:aws:glue:{self.glue.meta.region_name}:{account}:job/"
+
+    def arguments(self, job_name: str) -> dict[str, str]:
+        tags = self.glue.get_tags(ResourceArn=self.prefix + job_name).get("Tags", {})
+        names = {"dltrain:dag_id": "--dltrain-dag-id", "dltrain:task_id": "--dltrain-task-id"}
+        names["dltrain:map_index"] = "--dltrain-map-index"
+        return {arg: tags[tag] for tag, arg in names.items() if tag in tags}

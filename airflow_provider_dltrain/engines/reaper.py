@@ -1,8 +1,8 @@
 """Find the cloud resources our engines left alive, and stop those whose Airflow task no longer runs.
 
 A worker that dies (OOM, lost node, ``kill -9``) never runs ``on_kill`` or ``teardown``, so a transient
-EMR cluster, a Glue job run, an EMR Serverless job run or the instances of an EC2 training cluster
-can outlive its task and keep billing. Every
+EMR cluster, a Glue job run, an EMR Serverless job run, a SageMaker training job or the instances of
+an EC2 training cluster can outlive its task and keep billing. Every
 such resource carries the identity of its task (tags, or Glue run arguments); :func:`reap` asks a
 caller-supplied ``is_task_running`` whether that task still runs and stops the rest. Resources without
 our tags are never touched. No Airflow here: the operator asks the Task SDK, the CLI the metadata DB.
@@ -12,56 +12,35 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from types import ModuleType
 from typing import Any
 
-from airflow_provider_dltrain.engines import ec2, emr, emr_serverless
+from airflow_provider_dltrain.engines import ec2, emr, emr_serverless, glue, sagemaker
+from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.spec import RunIdentity
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 log = logging.getLogger(__name__)
 
-EMR_CLUSTER, GLUE_JOB_RUN, EMR_SERVERLESS_JOB_RUN = "emr_cluster", "glue_job_run", "emr_serverless_job_run"
-EC2_INSTANCE = "ec2_instance"
-GLUE_LIVE = ["STARTING", "RUNNING", "WAITING"]
-# Not CANCELLING: a cancel is already under way.
-EMR_SERVERLESS_LIVE = [s for s in emr_serverless.ACTIVE if s != "CANCELLING"]
+# Each adapter lists its own live resources and stops one: RESOURCE_KIND, STOP_VERB,
+# live_resources(clients), stop_resource(clients, resource).
+ADAPTERS: tuple[ModuleType, ...] = (emr, glue, emr_serverless, ec2, sagemaker)
+_BY_KIND = {adapter.RESOURCE_KIND: adapter for adapter in ADAPTERS}
+EMR_CLUSTER, GLUE_JOB_RUN = emr.RESOURCE_KIND, glue.RESOURCE_KIND
+EMR_SERVERLESS_JOB_RUN, EC2_INSTANCE = emr_serverless.RESOURCE_KIND, ec2.RESOURCE_KIND
+SAGEMAKER_TRAINING_JOB = sagemaker.RESOURCE_KIND
 # Airflow task-instance states in which a task may still own (or re-attach to) its cloud job.
 LIVE_TASK_STATES = frozenset(
     {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
-VERBS = {
-    EMR_CLUSTER: "terminate",
-    GLUE_JOB_RUN: "stop",
-    EMR_SERVERLESS_JOB_RUN: "cancel",
-    EC2_INSTANCE: "terminate",
-}
+VERBS = {adapter.RESOURCE_KIND: adapter.STOP_VERB for adapter in ADAPTERS}
 DONE = {"terminate": "terminated", "stop": "stopped", "cancel": "cancelled"}
 
-Clients = Callable[[str], Any]
 IsTaskRunning = Callable[[RunIdentity], bool]
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One live cloud resource an engine created, and the task it belongs to.
-
-    ``id`` is the cluster id, ``<job name>/<job run id>`` or ``<application id>/<job run id>``.
-    """
-
-    kind: str
-    id: str
-    identity: RunIdentity
-    state: str
-    created: datetime | None = None
-    ids: dict[str, str] = field(default_factory=dict, compare=False)
-
-    def describe(self) -> str:
-        who = self.identity
-        task = who.task_id if who.map_index < 0 else f"{who.task_id}[{who.map_index}]"
-        return f"{self.kind} {self.id} ({who.dag_id}/{who.run_id}/{task}, {self.state})"
+__all__ = ["Clients", "IsTaskRunning", "Outcome", "Resource", "find_resources", "reap"]
 
 
 @dataclass(frozen=True)
@@ -97,133 +76,9 @@ class Outcome:
 
 
 def find_resources(clients: Clients) -> list[Resource]:
-    """Every live resource carrying our identity tags: EMR clusters, Glue and EMR Serverless job runs,
-    EC2 instances."""
-    return [
-        *_emr_clusters(clients("emr")),
-        *_glue_runs(clients),
-        *_serverless_runs(clients("emr-serverless")),
-        *_ec2_instances(clients("ec2")),
-    ]
-
-
-def _ec2_instances(client: Any) -> Iterator[Resource]:
-    filters = [
-        {"Name": "tag-key", "Values": ["dltrain:run_id"]},
-        {"Name": "instance-state-name", "Values": ec2.LIVE},
-    ]
-    pages = client.get_paginator("describe_instances").paginate(Filters=filters)
-    for instance in (
-        i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])
-    ):
-        identity = RunIdentity.from_tags({t["Key"]: t["Value"] for t in instance.get("Tags", [])})
-        if identity is None:
-            continue
-        yield Resource(
-            EC2_INSTANCE,
-            instance["InstanceId"],
-            identity,
-            instance["State"]["Name"],
-            instance.get("LaunchTime"),
-            {"instance_id": instance["InstanceId"]},
-        )
-
-
-def _emr_clusters(client: Any) -> Iterator[Resource]:
-    pages = client.get_paginator("list_clusters").paginate(ClusterStates=emr.ACTIVE_CLUSTER)
-    for summary in (c for page in pages for c in page.get("Clusters", [])):
-        cluster = client.describe_cluster(ClusterId=summary["Id"])["Cluster"]
-        identity = RunIdentity.from_tags({t["Key"]: t["Value"] for t in cluster.get("Tags", [])})
-        if identity is None:
-            continue
-        status = cluster["Status"]
-        yield Resource(
-            EMR_CLUSTER,
-            cluster["Id"],
-            identity,
-            status["State"],
-            status.get("Timeline", {}).get("CreationDateTime"),
-            {"cluster_id": cluster["Id"]},
-        )
-
-
-def _glue_runs(clients: Clients) -> Iterator[Resource]:
-    glue = clients("glue")
-    # ListJobs filters by tag in one call (moto too); GetJobs would need a GetTags per job.
-    pages = glue.get_paginator("list_jobs").paginate(Tags={"dltrain:managed": "true"})
-    job_tags: _GlueJobTags | None = None
-    for name in (n for page in pages for n in page.get("JobNames", [])):
-        try:
-            runs_pages = glue.get_paginator("get_job_runs").paginate(JobName=name)
-            runs = [r for page in runs_pages for r in page.get("JobRuns", [])]
-        except glue.exceptions.EntityNotFoundException:
-            continue  # deleted since it was listed
-        for run in runs:
-            args = run.get("Arguments") or {}
-            if run.get("JobRunState") not in GLUE_LIVE or "--dltrain-run-id" not in args:
-                continue
-            if "--dltrain-task-id" not in args:  # a run started before runs carried the whole identity
-                job_tags = job_tags or _GlueJobTags(clients)
-                args = {**job_tags.arguments(name), **args}
-            yield Resource(
-                GLUE_JOB_RUN,
-                f"{name}/{run['Id']}",
-                _glue_identity(args),
-                run["JobRunState"],
-                run.get("StartedOn"),
-                {"job_name": name, "job_run_id": run["Id"]},
-            )
-
-
-def _glue_identity(args: Mapping[str, str]) -> RunIdentity:
-    return RunIdentity(
-        dag_id=args.get("--dltrain-dag-id", "adhoc"),
-        run_id=args["--dltrain-run-id"],
-        task_id=args.get("--dltrain-task-id", "adhoc"),
-        map_index=int(args.get("--dltrain-map-index", "-1")),
-    )
-
-
-class _GlueJobTags:
-    """A job's identity tags as run arguments (``arn:aws:glue:<region>:<account>:job/<name>``)."""
-
-    def __init__(self, clients: Clients) -> None:
-        self.glue = clients("glue")
-        account = clients("sts").get_caller_identity()["Account"]
-        self.prefix = f"arn:aws:glue:{self.glue.meta.region_name}:{account}:job/"
-
-    def arguments(self, job_name: str) -> dict[str, str]:
-        tags = self.glue.get_tags(ResourceArn=self.prefix + job_name).get("Tags", {})
-        names = {"dltrain:dag_id": "--dltrain-dag-id", "dltrain:task_id": "--dltrain-task-id"}
-        names["dltrain:map_index"] = "--dltrain-map-index"
-        return {arg: tags[tag] for tag, arg in names.items() if tag in tags}
-
-
-def _serverless_runs(client: Any) -> Iterator[Resource]:
-    for page in client.get_paginator("list_applications").paginate():
-        for app in page.get("applications", []):
-            if app.get("state") == "TERMINATED":
-                continue
-            try:
-                runs_pages = client.get_paginator("list_job_runs").paginate(
-                    applicationId=app["id"], states=EMR_SERVERLESS_LIVE
-                )
-                summaries = [r for p in runs_pages for r in p.get("jobRuns", [])]
-            except client.exceptions.ResourceNotFoundException:
-                continue  # deleted since it was listed (moto: also an application that never ran)
-            for summary in summaries:
-                run = client.get_job_run(applicationId=app["id"], jobRunId=summary["id"])["jobRun"]
-                identity = RunIdentity.from_tags(run.get("tags") or {})
-                if identity is None:
-                    continue
-                yield Resource(
-                    EMR_SERVERLESS_JOB_RUN,
-                    f"{app['id']}/{run['jobRunId']}",
-                    identity,
-                    run["state"],
-                    run.get("createdAt"),
-                    {"application_id": app["id"], "job_run_id": run["jobRunId"]},
-                )
+    """Every live resource carrying our identity tags, as each adapter lists its own: EMR clusters,
+    Glue and EMR Serverless job runs, EC2 instances, SageMaker training jobs."""
+    return [res for adapter in ADAPTERS for res in adapter.live_resources(clients)]
 
 
 def reap(
@@ -277,21 +132,7 @@ def _aware(moment: datetime) -> datetime:
 
 
 def _stop(clients: Clients, res: Resource) -> None:
-    if res.kind == EMR_CLUSTER:
-        clients("emr").terminate_job_flows(JobFlowIds=[res.ids["cluster_id"]])
-    elif res.kind == EC2_INSTANCE:
-        clients("ec2").terminate_instances(InstanceIds=[res.ids["instance_id"]])
-    elif res.kind == GLUE_JOB_RUN:
-        out = clients("glue").batch_stop_job_run(
-            JobName=res.ids["job_name"], JobRunIds=[res.ids["job_run_id"]]
-        )
-        errors = [e.get("ErrorDetail", {}).get("ErrorMessage", "") for e in out.get("Errors", [])]
-        if errors:
-            raise RuntimeError("; ".join(errors))
-    else:
-        clients("emr-serverless").cancel_job_run(
-            applicationId=res.ids["application_id"], jobRunId=res.ids["job_run_id"]
-        )
+    _BY_KIND[res.kind].stop_resource(clients, res)
 
 
 def running_by_task_states(fetch: Callable[[str, str], Mapping[str, Any]]) -> IsTaskRunning:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager, job_script
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, TrainingEngine, job_tracking_env
@@ -221,7 +222,7 @@ class SageMakerEngine(TrainingEngine):
             },
             "StoppingCondition": {"MaxRuntimeInSeconds": self.max_run_s},
             "EnableManagedSpotTraining": self.use_spot,
-            "CheckpointConfig": {"S3Uri": spec.checkpoint_uri, "LocalPath": CHECKPOINT_DIR},  # type: ignore[union-attr]
+            "CheckpointConfig": {"S3Uri": getattr(spec, "checkpoint_uri", None), "LocalPath": CHECKPOINT_DIR},
             "Environment": environment,
             "Tags": [{"Key": k, "Value": v} for k, v in sorted(identity.tags().items())],
         }
@@ -280,3 +281,30 @@ class SageMakerEngine(TrainingEngine):
 
     def teardown(self, handle: JobHandle) -> None:
         """Nothing to remove: a training job releases its instances when it ends."""
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "sagemaker_training_job", "stop"
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every InProgress training job tagged with a task identity (``CreateTrainingJob``'s ``Tags``)."""
+    client = clients("sagemaker")
+    pages = client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+    for summary in (j for page in pages for j in page.get("TrainingJobSummaries", [])):
+        tags = client.list_tags(ResourceArn=summary["TrainingJobArn"]).get("Tags", [])
+        identity = identity_of(tags)
+        if identity is None:
+            continue
+        yield Resource(
+            RESOURCE_KIND,
+            summary["TrainingJobName"],
+            identity,
+            summary["TrainingJobStatus"],
+            summary.get("CreationTime"),
+            {"job_name": summary["TrainingJobName"]},
+        )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    clients("sagemaker").stop_training_job(TrainingJobName=res.ids["job_name"])

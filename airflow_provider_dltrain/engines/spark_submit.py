@@ -21,13 +21,12 @@ from airflow_provider_dltrain.engines.base import (
     FAILED,
     RUNNING,
     SUCCEEDED,
-    JobFailedError,
     JobHandle,
     JobStatus,
     StagedRun,
 )
 from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
-from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 
@@ -75,7 +74,7 @@ def _running(handle: JobHandle) -> bool:
     return _alive(int(handle.ids["pid"]), handle.ids.get("started"))
 
 
-class SparkSubmitEngine:
+class SparkSubmitEngine(StagedResults):
     """Run stages with ``spark-submit`` against any Spark master.
 
     :param master: ``spark://host:7077``, ``yarn``, ``k8s://…``.
@@ -180,12 +179,6 @@ class SparkSubmitEngine:
 
     def teardown(self, handle: JobHandle) -> None:
         """Nothing to remove: the cluster is the user's."""
-
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(f"spark-submit job wrote no result at {handle.result_uri}")
-        return data
 
     def log_location(self, handle: JobHandle) -> str:
         """The driver's log: the file ``spark-submit``'s output went to, on the machine that ran it."""

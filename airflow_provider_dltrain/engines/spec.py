@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
@@ -66,6 +66,27 @@ class RunIdentity:
         )
 
 
+class JobSpec(Protocol):
+    """What every job spec is to the launcher and the adapters: a stage's :class:`RunSpec` or a
+    training job's ``TrainJobSpec``. The stager fills ``result_uri`` and ``code_uris`` (a copy with
+    ``dataclasses.replace``); the job reads its spec back from JSON."""
+
+    @property
+    def identity(self) -> RunIdentity: ...
+
+    @property
+    def result_uri(self) -> str | None: ...
+
+    @property
+    def code_uris(self) -> tuple[str, ...]: ...
+
+    def code_modules(self) -> list[str]:
+        """The modules the job imports besides this package (shipped in its code bundle)."""
+        ...
+
+    def to_json(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One stage run. ``stage`` is ``"etl"`` or ``"score"``; ``params`` holds that stage's arguments.
@@ -93,6 +114,18 @@ class RunSpec:
             raise InvalidSpecError("RunSpec.table_uri is empty")
         if not self.partition:
             raise InvalidSpecError("RunSpec.partition is empty: name the partition the stage replaces")
+
+    def code_modules(self) -> list[str]:
+        """An ETL stage's transform module (the job imports it); scoring needs only this package."""
+        transform = self.params.get("transform")
+        if self.stage != "etl":
+            return []
+        if not isinstance(transform, str) or ":" not in transform:
+            raise InvalidSpecError(
+                f"transform must be 'package.module:function' for a cloud engine (the job imports it), "
+                f"got {transform!r:.120}"
+            )
+        return [transform.split(":", 1)[0]]
 
     def to_json(self) -> str:
         """The spec as JSON; refuses values JSON cannot carry (a callable transform, say)."""

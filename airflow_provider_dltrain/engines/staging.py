@@ -17,25 +17,28 @@ import dataclasses
 import hashlib
 import importlib.util
 import io
-import os
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_dltrain.engines.base import StagedRun, parse_result
-from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.engines.base import (
+    JobFailedError,
+    JobHandle,
+    StagedRun,
+    describe_ids,
+    parse_result,
+)
+from airflow_provider_dltrain.engines.objects import (
+    delete_object,
+    object_exists,
+    read_object,
+    write_object,
+)
+from airflow_provider_dltrain.engines.spec import JobSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
-if TYPE_CHECKING:
-    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build time: same code, same bytes, same key
-
-
-def split_s3(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.split("://", 1)[1].partition("/")
-    return bucket, key
 
 
 class Stager:
@@ -57,47 +60,26 @@ class Stager:
         return "/".join([self.root, *parts])
 
     def put(self, uri: str, data: bytes) -> None:
-        if self.remote:
-            bucket, key = split_s3(uri)
-            self.s3.put_object(Bucket=bucket, Key=key, Body=data)
-        else:
-            Path(uri).parent.mkdir(parents=True, exist_ok=True)
-            Path(uri).write_bytes(data)
+        write_object(uri, data, self.s3)
 
     def exists(self, uri: str) -> bool:
-        if not self.remote:
-            return os.path.exists(uri)
-        bucket, key = split_s3(uri)
-        return bool(self.s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount"))
+        return object_exists(uri, self.s3)
 
     def get(self, uri: str) -> bytes | None:
         """The object's bytes, or ``None`` when it does not exist."""
-        if not self.remote:
-            return Path(uri).read_bytes() if os.path.exists(uri) else None
-        bucket, key = split_s3(uri)
-        try:
-            return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except self.s3.exceptions.NoSuchKey:
-            return None
+        return read_object(uri, self.s3)
 
     def delete(self, uri: str) -> None:
-        if self.remote:
-            bucket, key = split_s3(uri)
-            self.s3.delete_object(Bucket=bucket, Key=key)
-        elif os.path.exists(uri):
-            os.remove(uri)
+        delete_object(uri, self.s3)
 
     def put_once(self, uri: str, data: bytes) -> str:
         if not self.exists(uri):
             self.put(uri, data)
         return uri
 
-    def stage(self, spec: RunSpec | TrainJobSpec, extra_modules: Iterable[str] = ()) -> StagedRun:
+    def stage(self, spec: JobSpec, extra_modules: Iterable[str] = ()) -> StagedRun:
         """Upload the code bundle, the job script and the spec (with its result URI) for one run."""
-        from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-
-        own = spec.code_modules() if isinstance(spec, TrainJobSpec) else _transform_modules(spec)
-        modules = [*own, *extra_modules]
+        modules = [*spec.code_modules(), *extra_modules]
         bundle = code_bundle(modules)
         code_uri = self.put_once(self.uri("code", f"{hashlib.sha256(bundle).hexdigest()[:20]}.zip"), bundle)
         script = job_script()
@@ -106,7 +88,7 @@ class Stager:
         )
         run_dir = self.uri("runs", spec.identity.task_key, str(spec.identity.try_number))
         result_uri = f"{run_dir}/result.json"
-        staged = dataclasses.replace(spec, result_uri=result_uri, code_uris=(code_uri,))
+        staged = dataclasses.replace(spec, result_uri=result_uri, code_uris=(code_uri,))  # type: ignore[type-var]
         spec_uri = f"{run_dir}/spec.json"
         self.delete(result_uri)  # a result left by an earlier submission of this try must not count
         self.put(spec_uri, staged.to_json().encode())
@@ -117,22 +99,25 @@ class Stager:
         return None if raw is None else parse_result(raw, result_uri)
 
 
+class StagedResults:
+    """``result()`` of every adapter: the job writes its result JSON beside its staged spec."""
+
+    name: str
+    stager: Stager
+
+    def result(self, handle: JobHandle) -> dict[str, Any]:
+        """The job's result JSON; :class:`JobFailedError` when the job wrote none."""
+        data = self.stager.result(handle.result_uri)
+        if data is None:
+            raise JobFailedError(
+                f"{self.name} job {describe_ids(handle)} wrote no result at {handle.result_uri}"
+            )
+        return data
+
+
 def job_script() -> bytes:
-    from airflow_provider_dltrain.engines import job_script as module
-
-    return Path(module.__file__ or "").read_bytes()
-
-
-def _transform_modules(spec: RunSpec) -> list[str]:
-    transform = spec.params.get("transform")
-    if spec.stage != "etl":
-        return []
-    if not isinstance(transform, str) or ":" not in transform:
-        raise InvalidSpecError(
-            f"transform must be 'package.module:function' for a cloud engine (the job imports it), "
-            f"got {transform!r:.120}"
-        )
-    return [transform.split(":", 1)[0]]
+    """The bytes of ``engines/job_script.py``: uploaded as the service's script, never imported here."""
+    return Path(__file__).with_name("job_script.py").read_bytes()
 
 
 def _module_root(module: str) -> tuple[Path, str]:

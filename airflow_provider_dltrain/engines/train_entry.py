@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from airflow_provider_dltrain.engines.entry import write_uri
+from airflow_provider_dltrain.engines.objects import write_object as write_uri
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, SECRET_ENV, TrainJobSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
 from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS, TrackingConfig

@@ -34,7 +34,7 @@ from typing import Any
 
 from airflow_provider_dltrain.engines.base import JobFailedError, JobHandle, StagedRun
 from airflow_provider_dltrain.engines.spec import RunIdentity
-from airflow_provider_dltrain.engines.staging import Stager
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS
 
@@ -158,7 +158,7 @@ def job_tracking_env(credentials: Mapping[str, str], secret_id: str | None) -> d
     return {k: v for k, v in credentials.items() if k in CREDENTIAL_KEYS and v}
 
 
-class TrainingEngine:
+class TrainingEngine(StagedResults):
     """Staging and results shared by the training engines (subclasses: submit, find, poll, cancel)."""
 
     name = "training"
@@ -190,9 +190,3 @@ class TrainingEngine:
         if raw is None:
             raise JobFailedError(f"{self.name} job {handle.ids}: its spec {uri} is gone")
         return TrainJobSpec.from_json(raw)
-
-    def result(self, handle: JobHandle) -> dict[str, Any]:
-        data = self.stager.result(handle.result_uri)
-        if data is None:
-            raise JobFailedError(f"{self.name} job {handle.ids} wrote no result at {handle.result_uri}")
-        return data

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION, canonical_partition
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
@@ -25,9 +27,8 @@ if TYPE_CHECKING:
 
     from airflow_provider_dltrain.lake.storage import StorageOptions
 
-# Commit metadata keys written by every partition overwrite of this provider.
-META_DIGEST = "dltrain.content_digest"  # digest of the partition's rows after the commit
-META_PARTITION = "dltrain.partition"  # canonical JSON of the partition spec the commit replaced
+# Commit metadata keys written by every partition overwrite of this provider: META_DIGEST and
+# META_PARTITION (in lake/partition.py, which lake/history reads without importing this module).
 
 # Bumped whenever the hashing changes: an old recorded digest then never equals a new one.
 _ALGORITHM = "dltrain-rows-v1"
@@ -84,11 +85,6 @@ def _is_bytes(t: pa.DataType) -> bool:
 def canonical_schema(schema: pa.Schema) -> str:
     """``name:type`` of every column, sorted by name, types normalised; nullability ignored."""
     return ",".join(f"{f.name}:{normalize_type(f.type)}" for f in sorted(schema, key=lambda f: f.name))
-
-
-def canonical_partition(partition: Mapping[str, object]) -> str:
-    """The JSON stored under :data:`META_PARTITION`: keys sorted, no whitespace."""
-    return json.dumps({str(k): v for k, v in partition.items()}, sort_keys=True, separators=(",", ":"))
 
 
 # -- hashing ------------------------------------------------------------------------------------

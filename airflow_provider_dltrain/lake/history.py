@@ -12,8 +12,8 @@ from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake import partition as part
-from airflow_provider_dltrain.lake.digest import META_DIGEST, META_PARTITION, canonical_partition
 from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION, canonical_partition
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
 from airflow_provider_dltrain.lake.storage import StorageOptions
 

@@ -10,6 +10,7 @@ elsewhere. A value is never cleaned up: ``" 2026-11-28"`` would name another dir
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -42,6 +43,14 @@ _DATE_TEXT = re.compile(
 )
 
 Partition = dict[str, str]
+
+META_DIGEST = "dltrain.content_digest"  # digest of the partition's rows after the commit
+META_PARTITION = "dltrain.partition"  # canonical JSON of the partition spec the commit replaced
+
+
+def canonical_partition(partition: Mapping[str, object]) -> str:
+    """The JSON stored under :data:`META_PARTITION`: keys sorted, no whitespace."""
+    return json.dumps({str(k): v for k, v in partition.items()}, sort_keys=True, separators=(",", ":"))
 
 
 def check_date(value: Any, field: str) -> str:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
-from airflow_provider_dltrain.operators.remote_training import RemoteTraining, is_remote_backend
+from airflow_provider_dltrain.operators.remote_training import (
+    MLFLOW_RUN_URL_KEY,
+    RemoteTraining,
+    is_remote_backend,
+)
+from airflow_provider_dltrain.registry.config import mlflow_run_url
 from airflow_provider_dltrain.training.finite import check_mode
 from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.context import run_info
@@ -20,18 +24,6 @@ from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.types import TaskInstanceKey
-
-MLFLOW_RUN_URL_KEY = "mlflow_run_url"
-
-
-def mlflow_run_url(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
-    """The MLflow UI page of a run when the tracking store is a server; "" for a local SQLite store."""
-    parsed = urlparse(tracking_uri)
-    if parsed.scheme not in ("http", "https") or not experiment_id:
-        return ""
-    host = parsed.hostname or ""
-    netloc = f"{host}:{parsed.port}" if parsed.port else host  # never the user:password part
-    return f"{parsed.scheme}://{netloc}{parsed.path.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 class MlflowRunLink(BaseOperatorLink):

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
@@ -28,6 +29,16 @@ _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 def redact_uri(uri: str | None) -> str | None:
     """``uri`` with any ``user:password@`` part replaced by ``***@`` (safe to log)."""
     return _USERINFO.sub("***@", uri) if uri else uri
+
+
+def mlflow_run_url(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
+    """The MLflow UI page of a run when the tracking store is a server; "" for a local SQLite store."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme not in ("http", "https") or not experiment_id:
+        return ""
+    host = parsed.hostname or ""
+    netloc = f"{host}:{parsed.port}" if parsed.port else host  # never the user:password part
+    return f"{parsed.scheme}://{netloc}{parsed.path.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 def strip_userinfo(uri: str | None) -> str | None:

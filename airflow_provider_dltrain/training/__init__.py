@@ -24,7 +24,8 @@ from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerpri
 from airflow_provider_dltrain.training.errors import TrainingUserError
 from airflow_provider_dltrain.training.hashing import code_hash, params_hash
 from airflow_provider_dltrain.training.horovod_backend import run_horovod_rank
-from airflow_provider_dltrain.training.loader import DeltaLoader, LoaderSpec, rank_slices, step_layout
+from airflow_provider_dltrain.training.loader import DeltaLoader
+from airflow_provider_dltrain.training.loader_spec import LoaderSpec, rank_slices, step_layout
 from airflow_provider_dltrain.training.runner import (
     IDENTITY_TAGS,
     TrainResult,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -21,7 +20,12 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
 from airflow_provider_dltrain.training.horovod_backend import HorovodBackend
-from airflow_provider_dltrain.training.rundir import RUN_URI_ENV, check_run_uri, default_run_root
+from airflow_provider_dltrain.training.rundir import (
+    RUN_URI_ENV,
+    check_run_uri,
+    default_run_root,
+    inherit_sys_path,
+)
 from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
 
 if TYPE_CHECKING:
@@ -75,20 +79,6 @@ def _default_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
-
-
-def _inherit_sys_path() -> contextlib.AbstractContextManager[None]:
-    """Let torchrun's processes import what this process can (test modules, DAG folders).
-
-    Only ``PYTHONPATH`` is added for them: MLflow credentials travel inside the pickled job
-    (``RankJob.tracking``), never through the environment the ranks inherit.
-    """
-    from airflow_provider_dltrain.utils.env import scoped_environ
-
-    before = os.environ.get("PYTHONPATH")
-    paths = [p for p in sys.path if p and os.path.isdir(p)]
-    joined = os.pathsep.join(dict.fromkeys([*(before.split(os.pathsep) if before else []), *paths]))
-    return scoped_environ({"PYTHONPATH": joined})
 
 
 class TorchDistributorBackend:
@@ -156,7 +146,7 @@ class TorchDistributorBackend:
             num_processes=self.num_processes, local_mode=self.local_mode, use_gpu=self.use_gpu
         )
         try:
-            with _inherit_sys_path() if self.local_mode else contextlib.nullcontext():
+            with inherit_sys_path() if self.local_mode else contextlib.nullcontext():
                 output = distributor.run(run_rank, payload)
         except Exception as err:
             raise failure(job.run_dir, self.num_processes, str(err), job.storage_options) from err

@@ -15,14 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.data import ScanPlan
-from airflow_provider_dltrain.training.loader import (
-    Batch,
-    DeltaLoader,
-    LoaderSpec,
-    Mode,
-    Split,
-    default_columns,
-)
+from airflow_provider_dltrain.training.loader import DeltaLoader, default_columns
+from airflow_provider_dltrain.training.loader_spec import Batch, LoaderSpec, Mode, Split
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.experiments.stopping import StopDecision, TrialStopper

@@ -257,9 +257,9 @@ def _horovodrun() -> str:
 
 def _rank_environment(job: RankJob) -> dict[str, str]:
     """The launcher's environment plus this interpreter's import path, one thread and the job's timeout."""
-    from airflow_provider_dltrain.training.backends import _inherit_sys_path
+    from airflow_provider_dltrain.training.rundir import inherit_sys_path
 
-    with _inherit_sys_path():
+    with inherit_sys_path():
         env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     # Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms (default 1) to negotiate and

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -140,3 +141,17 @@ def _upload(local_dir: str, uri: str, options: StorageOptions) -> None:
         return
     fs, root = filesystem(uri, options)
     pafs.copy_files(local_dir, root, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+
+
+def inherit_sys_path() -> contextlib.AbstractContextManager[None]:
+    """Let torchrun's processes import what this process can (test modules, DAG folders).
+
+    Only ``PYTHONPATH`` is added for them: MLflow credentials travel inside the pickled job
+    (``RankJob.tracking``), never through the environment the ranks inherit.
+    """
+    from airflow_provider_dltrain.utils.env import scoped_environ
+
+    before = os.environ.get("PYTHONPATH")
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    joined = os.pathsep.join(dict.fromkeys([*(before.split(os.pathsep) if before else []), *paths]))
+    return scoped_environ({"PYTHONPATH": joined})

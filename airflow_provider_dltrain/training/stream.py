@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from airflow_provider_dltrain.training.loader import Batch, LoaderSpec
+    from airflow_provider_dltrain.training.loader_spec import Batch, LoaderSpec
 
 _PREFETCH = 1  # units read ahead by the prefetch thread (each costs memory)
 
@@ -86,7 +86,7 @@ def _survey_one(spec: LoaderSpec, index: int, row_group: int) -> Unit:
     import numpy as np
 
     from airflow_provider_dltrain.lake.digest import row_hashes
-    from airflow_provider_dltrain.training.loader import validation_mask
+    from airflow_provider_dltrain.training.loader_spec import validation_mask
 
     columns = [spec.key] if spec.key else needed_columns(spec)
     table = read_unit(spec.plan, index, row_group, columns)
@@ -119,7 +119,7 @@ def unit_rows(unit: Unit, spec: LoaderSpec) -> int:
 
 def worker_range(spec: LoaderSpec, total: int, worker: int, num_workers: int) -> tuple[int, int, list[int]]:
     """``[start, stop)`` of the epoch's global row sequence this rank's worker streams, and its batch sizes."""
-    from airflow_provider_dltrain.training.loader import rank_slices
+    from airflow_provider_dltrain.training.loader_spec import rank_slices
 
     per_rank = [
         [
@@ -161,7 +161,7 @@ def load_piece(spec: LoaderSpec, unit: Unit, lo: int, hi: int) -> tuple[dict[str
     """Rows ``[lo, hi)`` of ``unit``'s split in content order, as loader arrays, and their Arrow bytes."""
     import numpy as np
 
-    from airflow_provider_dltrain.training.loader import validation_mask
+    from airflow_provider_dltrain.training.loader_spec import validation_mask
     from airflow_provider_dltrain.training.ordering import content_order
 
     table = read_unit(spec.plan, unit.file, unit.row_group, needed_columns(spec))

@@ -80,6 +80,32 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
 
+INDUCTOR_DETERMINISTIC_ENV = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def _set_deterministic(mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=...)`` without importing inductor.
+
+    torch's function imports ``torch._inductor.config`` only to set its ``deterministic`` flag: about
+    1.5 s of CPU in every rank, for a compiler most training functions never load. The kernels'
+    flag is set directly; inductor's through its own environment variable (read when it is first
+    imported, e.g. by ``torch.compile`` inside the training function) and, when it is already
+    loaded, on its config.
+    """
+    import sys
+
+    import torch
+
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+    if mode:
+        os.environ[INDUCTOR_DETERMINISTIC_ENV] = "1"
+    else:
+        os.environ.pop(INDUCTOR_DETERMINISTIC_ENV, None)
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def deterministic_torch() -> Iterator[None]:
     """Run the block with deterministic torch kernels; the caller's settings come back afterwards.
@@ -100,13 +126,16 @@ def deterministic_torch() -> Iterator[None]:
         torch.is_deterministic_algorithms_warn_only_enabled(),
         cudnn.benchmark,
         cudnn.deterministic,
+        os.environ.get(INDUCTOR_DETERMINISTIC_ENV),
     )
-    torch.use_deterministic_algorithms(True, warn_only=cuda)
+    _set_deterministic(True, warn_only=cuda)
     cudnn.benchmark, cudnn.deterministic = False, True
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _set_deterministic(before[0], warn_only=before[1])
+        if before[4] is not None:
+            os.environ[INDUCTOR_DETERMINISTIC_ENV] = before[4]
         cudnn.benchmark, cudnn.deterministic = before[2], before[3]
 
 

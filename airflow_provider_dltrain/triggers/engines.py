@@ -14,9 +14,10 @@ class EngineJobTrigger(BaseTrigger):
 
     Kwargs carry the connection id and engine options (bucket, role ARN, cluster id), never
     credentials. The adapter's ``poll`` is the same call the operator's synchronous wait makes.
-    A training job also names its MLflow run and connection (``mlflow_run_id``,
-    ``mlflow_conn_id``): killing the deferred task ends that run FAILED, as the operator's own
-    ``on_kill`` does for a task that waits in its worker.
+    A training job also names its MLflow connection (``mlflow_conn_id``): killing the deferred task
+    hands the stopped job to the training launcher, which ends the job's MLflow run FAILED, as the
+    operator's own ``on_kill`` does for a task that waits in its worker. (``mlflow_run_id`` names
+    the run directly; triggers serialized by earlier versions carry it.)
     """
 
     def __init__(
@@ -74,20 +75,27 @@ class EngineJobTrigger(BaseTrigger):
             engine.cancel(handle)
         finally:
             try:
-                engine.teardown(handle)
+                self._end_run(engine, handle)  # before teardown: the launcher reads the job's spec
             finally:
-                self._end_run()
+                engine.teardown(handle)
 
-    def _end_run(self) -> None:
-        """End the training job's MLflow run FAILED: the job that would have finished it is stopped."""
-        if not self.mlflow_run_id:
-            return
+    def _end_run(self, engine: Any, handle: Any) -> None:
+        """The job is stopped: the training launcher ends its MLflow run FAILED (the job would have
+        finished it)."""
+        from airflow_provider_dltrain.training.remote import is_remote_backend
+
+        if not self.mlflow_run_id and not (self.mlflow_conn_id and is_remote_backend(self.engine)):
+            return  # an ETL or scoring job: no MLflow run
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+        from airflow_provider_dltrain.training.remote import RemoteLauncher
         from airflow_provider_dltrain.training.tracking import KILLED, end_failed
 
         hook = MlflowHook(mlflow_conn_id=self.mlflow_conn_id) if self.mlflow_conn_id else MlflowHook()
         config = hook.get_tracking_config()
-        end_failed(config, self.mlflow_run_id, RuntimeError(KILLED))
+        if self.mlflow_run_id:
+            end_failed(config, self.mlflow_run_id, RuntimeError(KILLED))
+        else:
+            RemoteLauncher(engine, config, train_fn=None).killed(handle)
 
     async def on_kill(self) -> None:
         """The deferred task was marked failed or cleared: cancel the job, remove its cluster.

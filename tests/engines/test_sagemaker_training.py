@@ -343,6 +343,31 @@ def test_killing_the_task_stops_the_job_and_ends_the_mlflow_run_failed(sm):
     assert run.info.status == "FAILED"
 
 
+def test_the_reaper_finds_a_training_job_by_its_tags_and_stops_it_once_its_task_is_gone(sm):
+    """A worker that died without on_kill leaves its SageMaker job training: the reaper lists it (the
+    adapter's own listing, by the job's identity tags) and stops it when its task no longer runs."""
+    from airflow_provider_dltrain.engines.reaper import find_resources, reap
+
+    op = _operator(sm, "train_orphan", train_fn="sm_train_fns:slow_train", hparams={"sleep_s": 600})
+    errors = []
+    thread = threading.Thread(target=lambda: _capture(errors, op.execute, _context(op.task_id)), daemon=True)
+    thread.start()
+    name = _wait_in_progress(sm, "train-orphan")
+
+    def clients(service):
+        return aws_client(service, sm["endpoint"])
+
+    (found,) = [r for r in find_resources(clients) if r.kind == "sagemaker_training_job"]
+    assert found.id == name and found.state == "InProgress" and found.identity.task_id == "train_orphan"
+    kept = reap(clients, lambda identity: identity.task_id == "train_orphan")
+    assert [(o.resource.id, o.action) for o in kept if o.resource.kind == found.kind] == [(name, "kept")]
+    reaped = reap(clients, lambda identity: False)
+    assert [(o.resource.id, o.action) for o in reaped if o.resource.kind == found.kind] == [(name, "stopped")]
+    thread.join(timeout=60)
+    assert clients("sagemaker").describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
+    assert errors, "the task should fail once its job was stopped"
+
+
 def _capture(errors, fn, *args):
     try:
         fn(*args)
@@ -423,3 +448,84 @@ def test_killing_a_deferred_task_stops_the_job_and_ends_the_mlflow_run_from_the_
     assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] in ("Stopping", "Stopped")
     run = _run(sm, run_id)
     assert run.info.status == "FAILED" and "killed" in run.data.tags["dltrain.failure"]
+
+
+_NOTEBOOK = """
+import json, sys
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training.runner import run_training
+
+args = json.loads(sys.argv[1])
+results = {}
+for backend, options in args["backends"].items():
+    result = run_training(
+        "sm_train_fns:demo_train",
+        args["ref"],
+        {"epochs": 1, "batch_size": 16, "seed": 3},
+        backend=backend,
+        backend_options=options,
+        data_filter=[["ds", "<=", args["day"]]],
+        tracking=TrackingConfig(tracking_uri=args["mlflow_uri"]),
+        experiment_name="notebook",
+        storage_options=args["storage"],
+        poll_interval=0.5,
+    )
+    results[backend] = result.to_dict()
+airflow = sorted(m for m in sys.modules if m == "airflow" or m.startswith("airflow."))
+print("RESULT " + json.dumps({"results": results, "airflow_modules": airflow}, default=str))
+"""
+
+
+def test_run_training_trains_on_sagemaker_and_ec2_from_a_process_without_airflow(sm, tmp_path):
+    """A notebook's call: ``run_training(backend="sagemaker" | "ec2")`` opens the MLflow run, runs the
+    job, tears it down and returns the TrainResult, and nothing imports Airflow."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    ec2 = {
+        "staging_uri": sm["options"]["staging_uri"],
+        "instance_count": 2,
+        "image_id": "ami-0abcdef1234567890",
+    }
+    args = {
+        "backends": {"sagemaker": sm["options"], "ec2": {**ec2, "tracking_secret": sm["secret"]}},
+        "ref": sm["ref"],
+        "day": DAYS[-1],
+        "mlflow_uri": sm["mlflow_uri"],
+        "storage": sm["storage"],
+    }
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": sm["endpoint"],
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MLFLOW_TRACKING_TOKEN": SECRET_TOKEN,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _NOTEBOOK, json.dumps(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    out = json.loads(line.removeprefix("RESULT "))
+    assert out["airflow_modules"] == []
+    client = MlflowClient(tracking_uri=sm["mlflow_uri"])
+    for backend, result in out["results"].items():
+        run = client.get_run(result["run_id"])
+        assert run.info.status == "FINISHED", backend
+        assert run.data.tags["dltrain.backend"] == backend and run.data.tags["dltrain.world_size"] == "2"
+        assert result["world_size"] == 2 and result["model_uri"].startswith("models:/")
+        assert result["dataset"]["version"] == sm["ref"]["version"] and "train_loss" in result["metrics"]
+        assert len(result["weights_sha256"]) == 64 and result["run_dir"]
+    assert SECRET_TOKEN not in done.stdout + done.stderr
+    # aws_leak_check: the SageMaker job ended, both instances are terminated

@@ -108,3 +108,26 @@ def test_two_rank_ddp_on_the_same_rows_in_other_files_gives_bit_identical_weight
     digests = {r["weights_sha256"] for rank_reports in reports for r in rank_reports}
     assert len(digests) == 1 and runs[0].weights_sha256 in digests  # both ranks, both runs
     assert runs[0].metrics == runs[1].metrics and runs[0].world_size == 2
+
+
+def test_deterministic_kernels_are_on_inside_the_block_without_loading_inductor_and_restored_after():
+    """The rank sets torch's deterministic flag without importing inductor (~1.5 s a rank); a
+    training function that loads inductor itself (``torch.compile``) still gets deterministic code."""
+    import os
+    import subprocess
+    import sys
+
+    probe = """
+import sys, torch
+from airflow_provider_dltrain.training.worker import deterministic_torch
+with deterministic_torch():
+    assert torch.are_deterministic_algorithms_enabled()
+    assert "torch._inductor.config" not in sys.modules, "inductor was imported"
+    import torch._inductor.config as inductor
+    assert inductor.deterministic is True
+assert not torch.are_deterministic_algorithms_enabled() and inductor.deterministic is False
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_DETERMINISTIC"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -1,0 +1,322 @@
+"""Training as a cloud job (SageMaker, a per-run EC2 cluster): the launcher, with no Airflow in it.
+
+:class:`RemoteLauncher` owns what a remote training run is besides the job itself: it opens the
+MLflow run and builds the :class:`~airflow_provider_dltrain.engines.train_spec.TrainJobSpec`, turns
+the finished job's report into the same :class:`~airflow_provider_dltrain.training.runner.TrainResult`
+as the in-process backends (finishing the MLflow run), names the rank that failed, and ends the run
+FAILED when the job fails or is stopped.
+
+Two callers use it: :func:`run_remote` (what ``run_training(backend="sagemaker" | "ec2")`` calls,
+from a notebook or a plain script: submit or re-attach, wait, tear down) and ``TrainModelOperator``
+(the same around Airflow's retries, deferral and ``on_kill``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity
+    from airflow_provider_dltrain.engines.train_spec import TrainingEngine, TrainJobSpec
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.training.tracked_run import TrainResult
+
+log = logging.getLogger(__name__)
+
+StorageFor = Callable[[str], "Mapping[str, str] | None"]
+
+
+def is_remote_backend(backend: Any) -> bool:
+    """True for the backends that train as a cloud job (``"sagemaker"``, ``"ec2"``)."""
+    from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES
+
+    return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES
+
+
+def train_fn_name(train_fn: Any) -> str:
+    """``"package.module:function"`` for a remote job, which imports the function by name."""
+    if isinstance(train_fn, str):
+        return train_fn
+    from airflow_provider_dltrain.training.pickling import _importable
+
+    module, name = getattr(train_fn, "__module__", ""), getattr(train_fn, "__qualname__", "")
+    if not module or "<" in name or not _importable(module):
+        raise InvalidSpecError(
+            f"a remote backend imports the training function by name: pass train_fn as "
+            f"'package.module:function' (got {train_fn!r:.100}, which a job cannot import)"
+        )
+    return f"{module}:{name}"
+
+
+class RemoteLauncher:
+    """Opens, finishes and fails the MLflow run of a training job on ``engine``.
+
+    :param engine: a training engine adapter (``get_engine("sagemaker" | "ec2", clients, options)``).
+    :param tracking: where the MLflow run lives; its credentials go to the job's environment.
+    :param storage_for: ``uri -> storage options`` for the run directory (the ranks' error reports).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        tracking: TrackingConfig,
+        *,
+        train_fn: Any,
+        data_filter: Any = None,
+        code_version: str | None = None,
+        cutoff: str | None = None,
+        non_finite: str = "fail_at_end",
+        storage_for: StorageFor | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tracking = tracking
+        self.train_fn = train_fn
+        self.data_filter = data_filter
+        self.code_version = code_version
+        self.cutoff = cutoff
+        self.non_finite = non_finite
+        self.storage_for = storage_for or (lambda uri: None)
+        self.spec: TrainJobSpec | None = None
+        cast("TrainingEngine", engine).set_job_credentials(tracking.env)
+
+    def job_spec(
+        self,
+        identity: RunIdentity,
+        ref: DeltaRef,
+        hparams: Mapping[str, Any],
+        storage: Mapping[str, str] | None,
+        run: Mapping[str, Any],
+    ) -> TrainJobSpec:
+        """Open the MLflow run (every tag and param, as in-process training) and the job's spec.
+
+        ``run``: ``experiment_name``, ``run_name`` and ``tags`` of the MLflow run.
+        """
+        from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+        from airflow_provider_dltrain.registry.config import strip_userinfo
+        from airflow_provider_dltrain.training.tracked_run import start_tracked_run
+        from airflow_provider_dltrain.training.tracking import end_failed
+
+        engine = cast("TrainingEngine", self.engine)
+        name = train_fn_name(self.train_fn)
+        started = start_tracked_run(
+            name,
+            ref,
+            hparams,
+            backend_name=engine.name,
+            world_size=engine.world_size,
+            data_filter=self.data_filter,
+            tracking=self.tracking,
+            storage_options=dict(storage) if storage else None,
+            code_version=self.code_version or None,
+            cutoff=self.cutoff or None,
+            **dict(run),
+        )
+        try:
+            plan = started.plan
+            self.spec = TrainJobSpec(
+                train_fn=name,
+                dataset=plan.ref.to_dict(),
+                data_filter=[[list(p) for p in conj] for conj in plan.data_filter],
+                hparams=started.params,
+                seed=started.seed,
+                world_size=engine.world_size,
+                data_fingerprint=plan.fingerprint,
+                identity=identity,
+                tags={k: v for k, v in started.tags.items() if k.startswith("dltrain.")},
+                tracking_uri=strip_userinfo(self.tracking.tracking_uri),
+                registry_uri=strip_userinfo(self.tracking.registry_uri),
+                mlflow_run_id=started.run_id,
+                experiment_id=started.experiment_id,
+                non_finite=self.non_finite,
+            )
+        except BaseException as err:
+            end_failed(self.tracking, started.run_id, err)
+            raise
+        return self.spec
+
+    def attached(self, handle: JobHandle) -> TrainJobSpec:
+        """The spec of a job found running (a retry re-attaching reads it back from the job)."""
+        self.spec = self.engine.job_spec(handle)  # type: ignore[attr-defined]
+        return self.spec
+
+    def outcome(self, handle: JobHandle, status: JobStatus) -> TrainResult:
+        """The TrainResult of a Completed job (the MLflow run finished); a failed one raises with its reason."""
+        from airflow_provider_dltrain.engines.base import SUCCEEDED
+        from airflow_provider_dltrain.training.finite import check_report
+        from airflow_provider_dltrain.training.tracked_run import TrainResult, finish_tracked_run
+
+        spec = self.attached(handle)
+        report = self.engine.result(handle) if status.state == SUCCEEDED else {}
+        if status.state != SUCCEEDED or "error" in report:
+            raise self.failure(handle, status, spec)
+        check_report(report, spec.non_finite)  # raising here: the callers end the run FAILED
+        if spec.mlflow_run_id:
+            finish_tracked_run(self.tracking, spec.mlflow_run_id, report, non_finite=spec.non_finite)
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+
+        tags = spec.tags
+        return TrainResult(
+            run_id=spec.mlflow_run_id or "",
+            model_uri=report.get("model_uri"),
+            metrics=dict(report["metrics"]),
+            dataset=DeltaRef.coerce(spec.dataset),
+            params=spec.hparams,
+            experiment_id=spec.experiment_id,
+            data_fingerprint=spec.data_fingerprint,
+            code_hash=tags.get("dltrain.code_hash", ""),
+            params_hash=tags.get("dltrain.params_hash", ""),
+            world_size=spec.world_size,
+            weights_sha256=report.get("weights_sha256"),
+            run_dir=spec.run_dir,
+        )
+
+    def failure(self, handle: JobHandle, status: JobStatus, spec: TrainJobSpec) -> Exception:
+        """The error naming the job, the service's reason and the rank that failed first."""
+        from airflow_provider_dltrain.exceptions import TrainingFailedError
+        from airflow_provider_dltrain.training.errors import TrainingUserError, rank_errors
+
+        engine = self.engine
+        what = "was stopped" if status.state == "CANCELLED" else f"ended {status.raw}"
+        head = f"{engine.name} job {handle.ids.get('job_name', handle.ids)} {what}: {status.message or 'no reason given'}"
+        storage = self.storage_for(spec.run_dir)
+        errors = rank_errors(spec.run_dir, dict(storage) if storage else None)
+        if not errors:
+            return TrainingFailedError(f"{head}. No rank reported an error (a crash or a launcher problem).")
+        first = errors[0]
+        cls = TrainingUserError if first.get("user_error") else TrainingFailedError
+        return cls(
+            f"{head}\ntraining failed on rank {first['rank']} of {spec.world_size}: {first['type']}: "
+            f"{first['message']}\n--- traceback of rank {first['rank']} ---\n{first['traceback']}"
+        )
+
+    def end_failed(self, err: BaseException) -> None:
+        """End the MLflow run FAILED (when one was opened) with ``err`` as the reason."""
+        from airflow_provider_dltrain.training.tracking import end_failed
+
+        if self.spec is not None and self.spec.mlflow_run_id:
+            end_failed(self.tracking, self.spec.mlflow_run_id, err)
+
+    def killed(self, handle: JobHandle) -> None:
+        """The job was stopped from outside (a killed task): end its MLflow run FAILED."""
+        from airflow_provider_dltrain.training.tracking import KILLED
+
+        if self.spec is None:
+            try:
+                self.attached(handle)
+            except Exception as err:  # the spec is gone: nothing names the run any more
+                log.warning(
+                    "%s job %s: no spec to end its MLflow run by: %s", self.engine.name, handle.ids, err
+                )
+                return
+        self.end_failed(RuntimeError(KILLED))
+
+
+def boto3_clients(region: str | None = None) -> Callable[[str], Any]:
+    """``service -> boto3 client`` from boto3's own chain (environment, profile, instance role;
+    ``AWS_ENDPOINT_URL`` included), one client per service."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    made: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in made:
+            made[service] = session.client(service)
+        return made[service]
+
+    return client
+
+
+def adhoc_identity(run_key: str, train_fn: Any) -> RunIdentity:
+    """The identity of a training run started outside Airflow: ``run_key`` is what a second call
+    re-attaches by (the job of an earlier call with the same key, if it is still running)."""
+    from airflow_provider_dltrain.engines import RunIdentity
+
+    key = str(run_key).strip()
+    if not key:
+        raise InvalidSpecError("run_key must name the run (a second call with the same key re-attaches)")
+    task = train_fn_name(train_fn).rsplit(":", 1)[-1]
+    # unique per submission (job names are), stable per key (what find() looks for)
+    return RunIdentity(dag_id="run_training", run_id=key, task_id=task, try_number=int(time.time()) % 10**9)
+
+
+def run_remote(
+    train_fn: Any,
+    dataset: DeltaRef | Mapping[str, Any] | str,
+    hparams: Mapping[str, Any] | None,
+    *,
+    backend: str,
+    backend_options: Mapping[str, Any] | None,
+    tracking: TrackingConfig,
+    run_key: str,
+    clients: Callable[[str], Any] | None = None,
+    data_filter: Any = None,
+    cutoff: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    code_version: str | None = None,
+    non_finite: str = "fail_at_end",
+    poll_interval: float = 30.0,
+    run: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Train as a ``backend`` job and wait for it: what ``run_training`` does for a cloud backend.
+
+    Submits the job, or re-attaches to the one an earlier call with the same ``run_key`` left
+    running; waits (progress in the log); tears down what the job created (an EC2 cluster) whatever
+    happens; an interrupted wait (Ctrl-C) stops the job and ends its MLflow run FAILED.
+    """
+    from airflow_provider_dltrain.engines import get_engine, wait
+    from airflow_provider_dltrain.engines.base import job_summary
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+
+    options = dict(backend_options or {})
+    engine = get_engine(backend, clients or boto3_clients(options.get("region")), options)
+    launcher = RemoteLauncher(
+        engine,
+        tracking,
+        train_fn=train_fn,
+        data_filter=data_filter,
+        code_version=code_version,
+        cutoff=cutoff,
+        non_finite=non_finite,
+        storage_for=lambda uri: storage_options,
+    )
+    identity = adhoc_identity(run_key, train_fn)
+    handle = engine.find(identity)
+    try:
+        if handle is not None:
+            log.info("re-attaching to %s job %s (run key %r)", engine.name, handle.ids, run_key)
+            launcher.attached(handle)
+        else:
+            ref = DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset))
+            spec = launcher.job_spec(identity, ref, dict(hparams or {}), storage_options, run or {})
+            staged = engine.stage(spec)
+            handle = engine.submit(staged)
+            log.info("submitted %s job %s (MLflow run %s)", engine.name, handle.ids, spec.mlflow_run_id)
+        if handle.console_url:
+            log.info("console: %s", handle.console_url)
+        try:
+            status = wait(
+                engine,
+                handle,
+                poll_interval=poll_interval,
+                on_status=lambda s: log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
+            )
+        except BaseException:
+            log.info("cancelling %s job %s", engine.name, handle.ids)
+            engine.cancel(handle)
+            raise
+        result = launcher.outcome(handle, status)
+        log.info("%s", job_summary(engine, handle, result.to_dict()))
+        return result
+    except BaseException as err:
+        launcher.end_failed(err)
+        raise
+    finally:
+        if handle is not None:
+            engine.teardown(handle)
