@@ -440,7 +440,9 @@ def test_killing_a_deferred_task_stops_the_job_and_ends_the_mlflow_run_from_the_
     trigger = deferred.value.trigger
     kwargs = trigger.serialize()[1]
     run_id = json.loads(_jobs_spec(sm, "train-deferred-killed"))["mlflow_run_id"]
-    assert kwargs["mlflow_run_id"] == run_id and SECRET_TOKEN not in json.dumps(kwargs)
+    # the connection, never the run or a credential: the launcher finds the run in the job's spec
+    assert kwargs["mlflow_conn_id"] == MLFLOW_CONN and kwargs["mlflow_run_id"] is None
+    assert SECRET_TOKEN not in json.dumps(kwargs)
     name = _wait_in_progress(sm, "train-deferred-killed")
     assert _run(sm, run_id).info.status == "RUNNING"
     asyncio.run(type(trigger)(**kwargs).on_kill())  # a triggerer rebuilds the trigger from its kwargs
