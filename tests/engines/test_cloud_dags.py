@@ -104,9 +104,7 @@ def _job_count(endpoint, bucket):
     return sum(k.endswith("/result.json") for k in keys)
 
 
-def test_nightly_on_glue_then_the_same_date_on_emr_serverless_gives_the_same_answer(
-    lake_on_s3, monkeypatch
-):
+def test_nightly_on_glue_then_the_same_date_on_emr_serverless_gives_the_same_answer(lake_on_s3, monkeypatch):
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.demo.seed import seed
     from airflow_provider_dltrain.lake.storage import s3_storage_options
