@@ -49,7 +49,7 @@ class Ec2ClusterTeardownOperator(BaseOperator):
     def execute(self, context: Context) -> list[str]:
         from airflow_provider_dltrain.engines.ec2 import terminate_tagged
         from airflow_provider_dltrain.hooks.engines import EngineHook
-        from airflow_provider_dltrain.utils.context import run_info
+        from airflow_provider_dltrain.operators.task_context import run_info
 
         info = run_info(context)
         tags = {

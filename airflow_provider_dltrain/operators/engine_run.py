@@ -26,7 +26,7 @@ XCOM_JOB = "dltrain_job"
 
 def identity_from(context: Context) -> RunIdentity:
     from airflow_provider_dltrain.engines import RunIdentity
-    from airflow_provider_dltrain.utils.context import run_info
+    from airflow_provider_dltrain.operators.task_context import run_info
 
     info = run_info(context)
     ti = context.get("ti")

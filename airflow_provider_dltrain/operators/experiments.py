@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.task_context import run_info
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -9,8 +9,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -157,7 +157,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         return MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
 
     def _storage_options(self, conn_id: str | None, uri: str) -> dict[str, str] | None:
-        from airflow_provider_dltrain.utils.context import storage_options_for
+        from airflow_provider_dltrain.operators.task_context import storage_options_for
 
         return storage_options_for(conn_id, uri)
 
@@ -177,8 +177,8 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.engines import LOCAL, RunSpec
         from airflow_provider_dltrain.lake.partition import validate_partition
         from airflow_provider_dltrain.operators.engine_run import identity_from
+        from airflow_provider_dltrain.operators.task_context import commit_metadata_from
         from airflow_provider_dltrain.registry.config import strip_userinfo
-        from airflow_provider_dltrain.utils.context import commit_metadata_from
 
         model = chosen.to_dict()
         if self.engine != LOCAL:
@@ -289,7 +289,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
 
     def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         """OpenLineage: the scored input version and the model version in, the prediction version out."""
-        from airflow_provider_dltrain.utils.openlineage import delta_dataset, registered_model_dataset
+        from airflow_provider_dltrain.operators.openlineage import delta_dataset, registered_model_dataset
 
         scored = result["input"]
         inputs = [delta_dataset(scored["uri"], scored["version"])]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -68,7 +68,7 @@ class DeltaLineageOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lineage import format_lineage, lineage
-        from airflow_provider_dltrain.utils.context import storage_options_resolver
+        from airflow_provider_dltrain.operators.task_context import storage_options_resolver
 
         with fail_fast_on_user_error():
             options_for = storage_options_resolver(self.aws_conn_id, self.aws_conn_ids)

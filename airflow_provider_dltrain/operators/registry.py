@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.utils.context import run_info
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
+from airflow_provider_dltrain.operators.task_context import run_info
 from airflow_provider_dltrain.utils.input_checks import check_dates
-from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.registry.evaluate import GateEvaluation
@@ -159,7 +159,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
 
     def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         """OpenLineage: the trained model (and its data) in, the registered model version out."""
-        from airflow_provider_dltrain.utils.openlineage import (
+        from airflow_provider_dltrain.operators.openlineage import (
             delta_dataset,
             registered_model_dataset,
             trained_model_dataset,
@@ -197,8 +197,8 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
     def _evaluation(self, result: Mapping[str, Any]) -> GateEvaluation | None:
         """The gate's :class:`GateEvaluation`, or None to compare recorded metrics."""
         from airflow_provider_dltrain.lake.ref import DeltaRef
+        from airflow_provider_dltrain.operators.task_context import storage_options_for
         from airflow_provider_dltrain.registry import GateEvaluation
-        from airflow_provider_dltrain.utils.context import storage_options_for
 
         dataset = DeltaRef.coerce(self.evaluation_dataset) if self.evaluation_dataset else None
         if not self.evaluate_fn:

@@ -43,8 +43,8 @@ class RemoteTraining(EngineRun):
     _launcher: RemoteLauncher | None = None
 
     def _remote_launcher(self, engine: Engine, tracking: TrackingConfig | None = None) -> RemoteLauncher:
+        from airflow_provider_dltrain.operators.task_context import storage_options_for
         from airflow_provider_dltrain.training.remote import RemoteLauncher
-        from airflow_provider_dltrain.utils.context import storage_options_for
 
         if tracking is None:
             from airflow_provider_dltrain.hooks.mlflow import MlflowHook

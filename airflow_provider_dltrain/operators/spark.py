@@ -10,9 +10,9 @@ from airflow.sdk import BaseOperator
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.utils.input_checks import check_force, check_partition
-from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,7 +113,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
 
         from airflow_provider_dltrain.etl.inputs import input_uri
         from airflow_provider_dltrain.lake.storage import normalize_uri
-        from airflow_provider_dltrain.utils.context import storage_options_for
+        from airflow_provider_dltrain.operators.task_context import storage_options_for
 
         conn_ids: dict[str, str | None] = {}
         for spec in self.inputs.values():
@@ -132,7 +132,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.engines.stages import check_write_options
         from airflow_provider_dltrain.etl.inputs import check_inputs
         from airflow_provider_dltrain.operators.engine_run import identity_from
-        from airflow_provider_dltrain.utils.context import commit_metadata_from
+        from airflow_provider_dltrain.operators.task_context import commit_metadata_from
 
         check_write_options(self.write_options_)
         formats = self.write_options_.get("partition_formats")
@@ -191,7 +191,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
 
     def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         """OpenLineage: the inputs as given (Delta ones at their version), the table version written."""
-        from airflow_provider_dltrain.utils.openlineage import delta_dataset, input_datasets
+        from airflow_provider_dltrain.operators.openlineage import delta_dataset, input_datasets
 
         return input_datasets(self.inputs), [delta_dataset(result["uri"], result["version"])]
 

@@ -9,17 +9,17 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
+from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.remote_training import (
     MLFLOW_RUN_URL_KEY,
     RemoteTraining,
     is_remote_backend,
 )
+from airflow_provider_dltrain.operators.task_context import run_info
 from airflow_provider_dltrain.registry.config import mlflow_run_url
 from airflow_provider_dltrain.training.finite import check_mode
-from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.utils.context import run_info
 from airflow_provider_dltrain.utils.input_checks import check_dates
-from airflow_provider_dltrain.utils.openlineage import LineageResultMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -141,7 +141,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.non_finite = check_mode(non_finite)  # refused when the DAG file is parsed
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
-        from airflow_provider_dltrain.utils.context import storage_options_for
+        from airflow_provider_dltrain.operators.task_context import storage_options_for
 
         return storage_options_for(self.aws_conn_id, uri)
 
@@ -209,7 +209,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
     def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         """OpenLineage: the Delta version trained on in, the model the MLflow run logged out."""
-        from airflow_provider_dltrain.utils.openlineage import delta_dataset, trained_model_dataset
+        from airflow_provider_dltrain.operators.openlineage import delta_dataset, trained_model_dataset
 
         data = result["dataset"]
         outputs = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_dltrain.operators import TrainModelOperator
-from airflow_provider_dltrain.utils.openlineage import (
+from airflow_provider_dltrain.operators.openlineage import (
     dataset_naming,
     delta_dataset,
     input_datasets,

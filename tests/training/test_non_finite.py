@@ -63,7 +63,7 @@ DIVERGES = {"lr": 1e3}
 def test_a_nan_final_loss_fails_the_run_as_a_user_error_with_no_model_logged(digits_ref, tracking):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_provider_dltrain.utils.airflow_errors import fail_fast_on_user_error
+    from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 
     with pytest.raises(AirflowFailException) as caught, fail_fast_on_user_error():  # not retried
         run_training(linear_train, digits_ref, DIVERGES, tracking=tracking)
