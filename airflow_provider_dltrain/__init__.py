@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from airflow_provider_dltrain.version import __version__
+
+__all__ = ["__version__", "get_provider_info"]
 
 
 def get_provider_info() -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_dltrain import __version__
+from airflow_provider_dltrain.version import __version__
 
 PROVIDER_INFO: dict = {
     "package-name": "airflow-provider-dltrain",

@@ -49,7 +49,7 @@ def _register(tracking: Any, example: Any, kind: str) -> str:
     import mlflow
     import mlflow.pytorch
 
-    from airflow_provider_dltrain.training.tracking import ensure_experiment
+    from airflow_provider_dltrain.registry.config import ensure_experiment
 
     tracking.apply()
     experiment = ensure_experiment(mlflow.MlflowClient(), "bench-scoring", tracking.tracking_uri)

@@ -79,7 +79,7 @@ def test_dockerignore_keeps_environments_state_and_history_out():
     patterns = ignore_patterns()
     assert all(ignored(path, patterns) for path in HEAVY), [p for p in HEAVY if not ignored(p, patterns)]
     assert ignored("docker/.env", patterns)  # the deployment's secrets
-    assert not ignored("airflow_provider_dltrain/training/worker.py", patterns)
+    assert not ignored("airflow_provider_dltrain/training/rank_job.py", patterns)
 
 
 def test_no_dockerfile_hardcodes_an_architecture():

@@ -105,9 +105,9 @@ class DagRunner:
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> DagRunner:
-        from airflow_provider_dltrain.demo.runner import SERVE
+        from airflow_provider_dltrain.demo.dag_runner import SERVE
 
-        cmd = [sys.executable, "-m", "airflow_provider_dltrain.demo.runner", SERVE]
+        cmd = [sys.executable, "-m", "airflow_provider_dltrain.demo.dag_runner", SERVE]
         self.proc = subprocess.Popen(
             cmd,
             env=self.env,
@@ -169,7 +169,7 @@ class _BatchReader:
 
     def feed(self, line: str) -> bool:
         """Take one line of output; False once the batch has ended."""
-        from airflow_provider_dltrain.demo.runner import BATCH_END, END, START
+        from airflow_provider_dltrain.demo.dag_runner import BATCH_END, END, START
 
         if line.startswith(BATCH_END):
             return False

@@ -18,7 +18,8 @@ def run_outcome(dag_id: str, ds: str) -> dict:
     Adds ``report``: what :mod:`~airflow_provider_dltrain.backfill_report` says of it (reproduced or
     changed, and what changed).
     """
-    from airflow_provider_dltrain.backfill_report import explain, run_outcomes
+    from airflow_provider_dltrain.backfill_report import explain
+    from airflow_provider_dltrain.backfill_runs import run_outcomes
 
     day = date.fromisoformat(ds)
     runs = run_outcomes(dag_id, day, day).get(ds, [])

@@ -20,7 +20,7 @@ from airflow_provider_dltrain.engines.base import (
     outcome,
     wait,
 )
-from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 LOCAL = "local"

@@ -1,6 +1,6 @@
 """The engine protocol: stage a run, submit it, poll it, cancel it, tear down what it created.
 
-An engine adapter moves a :class:`~airflow_provider_dltrain.engines.spec.RunSpec` and the code to
+An engine adapter moves a :class:`~airflow_provider_dltrain.engines.run_spec.RunSpec` and the code to
 where a job runs and reports the job's state; it never runs stage code itself (the job's entry
 point does). Adapters get ready-made boto3 clients, so they import no Airflow: the Airflow layer
 builds the clients from its connections (``hooks/engines.py``).
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from airflow_provider_dltrain.engines.spec import JobSpec, RunIdentity
+from airflow_provider_dltrain.engines.run_spec import JobSpec, RunIdentity
 from airflow_provider_dltrain.exceptions import DltrainError, DltrainUserError
 
 log = logging.getLogger(__name__)

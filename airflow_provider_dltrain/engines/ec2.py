@@ -27,6 +27,14 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.ec2_instances import (
+    JOB_TAG,
+    LIVE,
+    MANAGED_TAG,
+    RANK_TAG,
+    instance_summary,
+    terminate_job,
+)
 from airflow_provider_dltrain.engines.ec2_plan import (
     HOROVODRUN,
     LAUNCHERS,
@@ -35,16 +43,14 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     ssh_key_pair,
 )
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager
 from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 # Amazon Linux 2023 from its SSM public parameter; a Deep Learning AMI's parameter is better for GPUs.
 DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
-LIVE = ["pending", "running", "stopping", "stopped"]
 GONE = {"shutting-down", "terminated", "stopping", "stopped"}
-JOB_TAG, RANK_TAG, MANAGED_TAG = "dltrain:job", "dltrain:node_rank", "dltrain:managed"
 
 
 class Ec2Engine(TrainingEngine):
@@ -275,7 +281,7 @@ class Ec2Engine(TrainingEngine):
             {"Name": f"tag:{JOB_TAG}", "Values": [job]},
             {"Name": "instance-state-name", "Values": list(states)},
         ]
-        return [_summary(i) for i in self._describe(filters)]
+        return [instance_summary(i) for i in self._describe(filters)]
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         """The cluster an earlier try of this task launched, completed if a crash cut its launch short."""
@@ -283,7 +289,7 @@ class Ec2Engine(TrainingEngine):
             {"Name": "tag:dltrain:task_key", "Values": [identity.task_key]},
             {"Name": "instance-state-name", "Values": ["pending", "running"]},
         ]
-        live = [_summary(i) for i in self._describe(filters)]
+        live = [instance_summary(i) for i in self._describe(filters)]
         jobs = sorted({i["job"] for i in live}, key=lambda job: int(job.rsplit("-t", 1)[-1] or 0))
         if not jobs:
             return None
@@ -379,36 +385,6 @@ class Ec2Engine(TrainingEngine):
         terminate_job(self.ec2, job)
         run_uri = handle.result_uri.rsplit("/", 1)[0]
         self.stager.delete(f"{run_uri}/ssh/id_ed25519")
-
-
-def terminate_job(ec2: Any, job: str) -> list[str]:
-    """Terminate every live instance tagged with ``job``; the ids it terminated."""
-    return terminate_tagged(ec2, {JOB_TAG: job})
-
-
-def terminate_tagged(ec2: Any, tags: Mapping[str, str]) -> list[str]:
-    """Terminate every live instance carrying all of ``tags``; the ids it terminated."""
-    filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
-    filters.append({"Name": "instance-state-name", "Values": LIVE})
-    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
-    ids = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
-    if ids:
-        ec2.terminate_instances(InstanceIds=ids)
-    return ids
-
-
-def _summary(instance: Mapping[str, Any]) -> dict[str, Any]:
-    tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-    return {
-        "id": instance["InstanceId"],
-        "ip": instance.get("PrivateIpAddress"),
-        "rank": tags.get(RANK_TAG, "0"),
-        "job": tags.get(JOB_TAG, ""),
-        "state": instance["State"]["Name"],
-        "reason": (instance.get("StateReason") or {}).get("Message")
-        or instance.get("StateTransitionReason", ""),
-        "tags": tags,
-    }
 
 
 # -- for the reaper ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from airflow_provider_dltrain.engines.base import (
     StagedRun,
 )
 from airflow_provider_dltrain.engines.resources import Clients, Resource
-from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 

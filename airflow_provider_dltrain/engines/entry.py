@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_dltrain.engines.objects import read_object, write_object
-from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError
 
 log = logging.getLogger("airflow_provider_dltrain.engines.entry")

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_provider_dltrain.engines import ec2, emr, emr_serverless, glue, sagemaker
 from airflow_provider_dltrain.engines.resources import Clients, Resource
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_RERUN_FACTS, LastWrite
 from airflow_provider_dltrain.lake.storage import StorageOptions
 
@@ -137,7 +137,7 @@ def _established(
 
 
 def _base(stage: str, code: str) -> dict[str, Any]:
-    from airflow_provider_dltrain import __version__
+    from airflow_provider_dltrain.version import __version__
 
     return {"scheme": SCHEME, "provider": __version__, "stage": stage, "code": code}
 
@@ -149,7 +149,7 @@ def _etl_facts(
     from airflow_provider_dltrain.etl.inputs import check_filters, delta_rs_filters, is_delta_spec
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.lake.rerun_facts import version_fingerprint
-    from airflow_provider_dltrain.training.hashing import code_identity, named_code_hash, params_hash
+    from airflow_provider_dltrain.utils.hashing import code_identity, named_code_hash, params_hash
 
     p = spec.params
     name = str(p.get("transform"))
@@ -185,7 +185,7 @@ def _score_facts(params: Mapping[str, Any], storage: Storage) -> tuple[dict[str,
     from airflow_provider_dltrain.etl.inputs import check_filters, delta_rs_filters
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.lake.rerun_facts import version_fingerprint
-    from airflow_provider_dltrain.training.hashing import named_code_hash, params_hash
+    from airflow_provider_dltrain.utils.hashing import named_code_hash, params_hash
 
     code = named_code_hash(SCORING_CODE)
     if code is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 
 Clients = Callable[[str], Any]
 

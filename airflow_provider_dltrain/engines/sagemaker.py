@@ -31,7 +31,7 @@ from airflow_provider_dltrain.engines.base import (
     StagedRun,
 )
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager, job_script
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, TrainingEngine, job_tracking_env
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require

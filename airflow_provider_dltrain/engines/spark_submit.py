@@ -25,7 +25,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
-from airflow_provider_dltrain.engines.spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dltrain.engines.spec import RunSpec
+from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig

@@ -35,7 +35,7 @@ from airflow_provider_dltrain.engines.objects import (
     read_object,
     write_object,
 )
-from airflow_provider_dltrain.engines.spec import JobSpec
+from airflow_provider_dltrain.engines.run_spec import JobSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build time: same code, same bytes, same key

@@ -75,9 +75,9 @@ def launched_ranks() -> tuple[int, int, bool]:
 
 def train(spec: TrainJobSpec) -> dict[str, Any]:
     """Run this rank of ``spec`` and return its report (rank 0's is the job's)."""
-    from airflow_provider_dltrain.training.data import resolve
+    from airflow_provider_dltrain.lake.scan_plan import resolve
+    from airflow_provider_dltrain.training.rank_job import RankJob, run_rank_job
     from airflow_provider_dltrain.training.runner import load_train_fn
-    from airflow_provider_dltrain.training.worker import RankJob, run_rank_job
 
     _, world, horovod = launched_ranks()
     if world != spec.world_size:

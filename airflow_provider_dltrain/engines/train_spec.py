@@ -12,7 +12,7 @@ The interface (stable; the SageMaker and EC2 engines are built on it):
   rank under torchrun (or mpirun): the same script the Spark engines run.
 - On each rank ``engines.entry`` sees ``"kind": "train"`` and calls ``engines.train_entry.run``:
   it resolves the same version (and checks the content fingerprint), runs ``train(ctx)`` through
-  ``training.worker.run_rank_job`` with torchrun's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables,
+  ``training.rank_job.run_rank_job`` with torchrun's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables,
   and rank 0 writes its report (what the local backends return) to ``result_uri``.
 - Ranks write their reports and tracebacks under ``run_dir`` (``runs/<task_key>/<try>``), so a
   failure names the rank that failed first; checkpoints go to ``checkpoint_uri`` (one per task
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import JobFailedError, JobHandle, StagedRun
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS

@@ -37,13 +37,15 @@ from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 from airflow_provider_dltrain.lake.write import (
     PartitionWrite,
     SchemaMode,
-    WrittenFile,
     check_schema,
     commit_files,
+    table_arrow_schema,
+)
+from airflow_provider_dltrain.lake.written_files import (
+    WrittenFile,
     delete_files,
     missing_dirs,
     remove_empty_dirs,
-    table_arrow_schema,
 )
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from airflow_provider_dltrain.experiments.results import (
     leaderboard,
     select_best,
 )
-from airflow_provider_dltrain.experiments.spec import ABLATE, Trial, expand_trials
+from airflow_provider_dltrain.experiments.search_spec import ABLATE, Trial, expand_trials
 from airflow_provider_dltrain.experiments.stopping import (
     AshaRule,
     MedianStoppingRule,

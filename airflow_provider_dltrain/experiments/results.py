@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.experiments.spec import ABLATE
+from airflow_provider_dltrain.experiments.search_spec import ABLATE
 
 
 def _value(result: Mapping[str, Any], metric: str) -> float:

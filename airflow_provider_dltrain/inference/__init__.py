@@ -7,8 +7,8 @@ loaded once per Spark Python worker and replaces one partition of the output tab
 from __future__ import annotations
 
 from airflow_provider_dltrain.inference.model import ScoringModel, check_model_spec, resolve_scoring_model
+from airflow_provider_dltrain.inference.score_spec import ScoringSpec
 from airflow_provider_dltrain.inference.scoring import read_input, score_dataframe, score_table
-from airflow_provider_dltrain.inference.spec import ScoringSpec
 from airflow_provider_dltrain.inference.worker import LOAD_LOG_ENV, WorkerConfig
 
 __all__ = [

@@ -23,7 +23,12 @@ from airflow_provider_dltrain.exceptions import (
     SchemaMismatchError,
 )
 from airflow_provider_dltrain.inference.model import ScoringModel, require_loadable
-from airflow_provider_dltrain.inference.spec import INPUT_VERSION, MODEL_NAME, MODEL_VERSION, ScoringSpec
+from airflow_provider_dltrain.inference.score_spec import (
+    INPUT_VERSION,
+    MODEL_NAME,
+    MODEL_VERSION,
+    ScoringSpec,
+)
 from airflow_provider_dltrain.inference.worker import (
     LOAD_LOG_ENV,
     NON_FINITE,

@@ -200,7 +200,7 @@ def arrow_features(batch: Any, names: Sequence[str]) -> Any:
     """The float32 ``(N, F)`` model input from Arrow columns (numbers, or equal-length arrays), no per-row objects."""
     import numpy as np
 
-    from airflow_provider_dltrain.training.tensors import column_to_numpy
+    from airflow_provider_dltrain.lake.tensors import column_to_numpy
 
     parts = []
     for name in names:

@@ -20,12 +20,12 @@ from airflow_provider_dltrain.lake.storage import s3_storage_options
 from airflow_provider_dltrain.lake.table import active_files, as_of, has_partition, latest, open_table, ref_at
 from airflow_provider_dltrain.lake.write import (
     PartitionWrite,
-    WrittenFile,
     check_schema,
     commit_files,
     commit_metadata,
     overwrite_partition,
 )
+from airflow_provider_dltrain.lake.written_files import WrittenFile
 
 __all__ = [
     "META_DIGEST",

@@ -26,10 +26,10 @@ from airflow_provider_dltrain.lake.digest import (
     META_DIGEST,
     META_PARTITION,
     canonical_partition,
-    canonical_schema,
 )
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.row_hash import canonical_schema
 from airflow_provider_dltrain.lake.storage import StorageOptions
 
 # Commit metadata keys of the operators' writes.

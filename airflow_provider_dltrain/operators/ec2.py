@@ -47,7 +47,7 @@ class Ec2ClusterTeardownOperator(BaseOperator):
         self.region_name = region_name
 
     def execute(self, context: Context) -> list[str]:
-        from airflow_provider_dltrain.engines.ec2 import terminate_tagged
+        from airflow_provider_dltrain.engines.ec2_instances import terminate_tagged
         from airflow_provider_dltrain.hooks.engines import EngineHook
         from airflow_provider_dltrain.operators.task_context import run_info
 

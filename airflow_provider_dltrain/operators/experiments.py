@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 from airflow_provider_dltrain.operators.task_context import run_info
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -47,7 +47,7 @@ class ExpandTrialsOperator(BaseOperator):
 
     :param dataset: the pinned version the trials train on, a DeltaRef dict or XComArg (templated).
     :param search: ``{"grid": {...}}``, ``{"random": {"n", "seed", "space"}}``, ``{"trials": [...]}`` or
-        ``{"ablate": [component, ...]}`` (see :mod:`airflow_provider_dltrain.experiments.spec`) (templated).
+        ``{"ablate": [component, ...]}`` (see :mod:`airflow_provider_dltrain.experiments.search_spec`) (templated).
     :param hparams: hyper-parameters every trial shares; a trial's own values win (templated).
     :param early_stopping: ``{"rule": "median" | "asha", "metric": ..., "mode": ...}`` or None (templated).
     :param experiment_name: MLflow experiment of the parent and child runs (default: the DAG id) (templated).
@@ -84,7 +84,7 @@ class ExpandTrialsOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_provider_dltrain.experiments import StoppingSpec, expand_trials
-        from airflow_provider_dltrain.experiments.tracking import ensure_parent_run, search_key
+        from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run, search_key
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lake.ref import DeltaRef
 
@@ -180,7 +180,7 @@ class SelectBestTrialOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.experiments import ablation_report, leaderboard, select_best
         from airflow_provider_dltrain.experiments.results import ablation_markdown
-        from airflow_provider_dltrain.experiments.spec import ABLATE
+        from airflow_provider_dltrain.experiments.search_spec import ABLATE
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
 
         with fail_fast_on_user_error():
@@ -198,7 +198,7 @@ class SelectBestTrialOperator(BaseOperator):
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
             parent = _parent_of(tracking, str(best["run_id"]))
             if parent:
-                from airflow_provider_dltrain.experiments.tracking import finish_parent
+                from airflow_provider_dltrain.experiments.search_runs import finish_parent
 
                 finish_parent(
                     tracking, parent, best=best, metric=self.metric, board=board, artifacts=artifacts

@@ -9,8 +9,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import RunSpec
     from airflow_provider_dltrain.engines.rerun_check import RerunCheck
     from airflow_provider_dltrain.inference.model import ScoringModel
-    from airflow_provider_dltrain.inference.spec import ScoringSpec
+    from airflow_provider_dltrain.inference.score_spec import ScoringSpec
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
@@ -111,7 +111,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from airflow_provider_dltrain.inference.spec import ScoringSpec
+        from airflow_provider_dltrain.inference.score_spec import ScoringSpec
         from airflow_provider_dltrain.utils.input_checks import check_force
 
         self.force = force

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.task_context import run_info
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.input_checks import check_dates
 
 if TYPE_CHECKING:

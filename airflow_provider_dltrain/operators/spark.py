@@ -10,8 +10,8 @@ from airflow.sdk import BaseOperator
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.input_checks import check_force, check_partition
 
 if TYPE_CHECKING:

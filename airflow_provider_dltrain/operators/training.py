@@ -9,7 +9,6 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.remote_training import (
     MLFLOW_RUN_URL_KEY,
@@ -17,6 +16,7 @@ from airflow_provider_dltrain.operators.remote_training import (
     is_remote_backend,
 )
 from airflow_provider_dltrain.operators.task_context import run_info
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.registry.config import mlflow_run_url
 from airflow_provider_dltrain.training.finite import check_mode
 from airflow_provider_dltrain.utils.input_checks import check_dates
@@ -235,7 +235,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
     def _record_trial(self, tracking: Any, trial: Mapping[str, Any], result: Any) -> None:
         """Keep the trial's result on its run (for unchanged re-runs); say when it stopped early."""
-        from airflow_provider_dltrain.experiments.tracking import record_trial_result
+        from airflow_provider_dltrain.experiments.search_runs import record_trial_result
 
         record_trial_result(tracking, result.to_dict())
         if result.stopped:
@@ -250,7 +250,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self, tracking: Any, trial: Mapping[str, Any], ref: Any, hparams: dict[str, Any], storage: Any
     ) -> dict[str, Any] | None:
         """The earlier result of this trial when its data, code and hyper-parameters are unchanged."""
-        from airflow_provider_dltrain.experiments.tracking import reusable_trial
+        from airflow_provider_dltrain.experiments.search_runs import reusable_trial
         from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
 
         identity = run_identity(

@@ -5,10 +5,10 @@ No Airflow here. Every function takes a :class:`TrackingConfig` (or an ``MlflowC
 
 from __future__ import annotations
 
+from airflow_provider_dltrain.registry.champion_history import champion_as_of, champion_history, settle_alias
 from airflow_provider_dltrain.registry.config import TrackingConfig, default_tracking_uri
 from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, load_version, rescore
 from airflow_provider_dltrain.registry.gate import evaluate_gate, recorded_metric
-from airflow_provider_dltrain.registry.history import champion_as_of, champion_history, settle_alias
 from airflow_provider_dltrain.registry.models import (
     DEFAULT_ALIAS,
     GateDecision,

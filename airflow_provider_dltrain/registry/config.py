@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
@@ -189,3 +189,32 @@ def tracking_config_from(conn: Any) -> TrackingConfig:
         registry_uri=str(registry_uri).strip() if registry_uri else None,
         env=env,
     )
+
+
+def _artifact_root(tracking_uri: str) -> str | None:
+    """Artifacts next to a SQLite store; a server (http, databricks) chooses its own location."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme != "sqlite":
+        return None
+    db_path = unquote(tracking_uri[len("sqlite:///") :])
+    if not db_path.startswith("/"):
+        db_path = os.path.abspath(db_path)
+    return "file://" + os.path.join(os.path.dirname(db_path), "mlartifacts")
+
+
+def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
+    """The id of experiment ``name``, created when missing (a concurrent creator is tolerated)."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    root = _artifact_root(tracking_uri)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "experiment"
+    try:
+        return str(client.create_experiment(name, artifact_location=f"{root}/{safe}" if root else None))
+    except MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)

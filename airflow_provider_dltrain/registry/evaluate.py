@@ -33,7 +33,7 @@ from airflow_provider_dltrain.registry.models import (
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.ref import DeltaRef
-    from airflow_provider_dltrain.training.data import ScanPlan
+    from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class GateEvaluation:
         Only inputs fixed by the caller go in (function, fixed table, filter, hparams): a replay of
         the same call must produce the same rule, whatever the challenger's tags say.
         """
-        from airflow_provider_dltrain.training.hashing import canonical_json, params_hash
+        from airflow_provider_dltrain.utils.hashing import canonical_json, params_hash
 
         on = "challenger-training-data"
         if self.dataset is not None:
@@ -148,8 +148,8 @@ def rescore(
     champion: ModelVersionInfo | None,
 ) -> GateValues:
     """Score ``candidate`` and ``champion`` with ``evaluation`` on the same rows; return both values."""
-    from airflow_provider_dltrain.training.data import resolve
-    from airflow_provider_dltrain.training.hashing import canonical_json
+    from airflow_provider_dltrain.lake.scan_plan import resolve
+    from airflow_provider_dltrain.utils.hashing import canonical_json
 
     fn = evaluation.function()
     if not evaluation.allow_pickle:  # refuse before minutes of scoring the other model
@@ -260,7 +260,7 @@ def _score(
     import torch
 
     from airflow_provider_dltrain.training.context import TrainContext
-    from airflow_provider_dltrain.training.worker import seed_everything
+    from airflow_provider_dltrain.training.rank_job import seed_everything
 
     model = load_version(tracking, mv, allow_pickle=allow_pickle)
     seed = int(hparams.get("seed", 0))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.registry.champion_history import champion_as_of, settle_alias
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
     check_alias,
@@ -21,7 +22,6 @@ from airflow_provider_dltrain.registry.client import (
 )
 from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, rescore, tracking_config
 from airflow_provider_dltrain.registry.gate import evaluate_gate, recorded_metric
-from airflow_provider_dltrain.registry.history import champion_as_of, settle_alias
 from airflow_provider_dltrain.registry.models import (
     BASIS_RECORDED,
     DEFAULT_ALIAS,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.registry.champion_history import champion_as_of, champion_history
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
     check_alias,
@@ -16,7 +17,6 @@ from airflow_provider_dltrain.registry.client import (
     get_version,
     mlflow_client,
 )
-from airflow_provider_dltrain.registry.history import champion_as_of, champion_history
 from airflow_provider_dltrain.registry.models import (
     DEFAULT_ALIAS,
     ModelNotFoundError,

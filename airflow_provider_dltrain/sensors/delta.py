@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_provider_dltrain.hooks.delta import DeltaTableHook, VersionCheck, VersionConditions
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.input_checks import check_partition
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ Nothing here imports torch, mlflow or pyspark at import time.
 from __future__ import annotations
 
 from airflow_provider_dltrain.lake.filters import normalize_filter
+from airflow_provider_dltrain.lake.scan_plan import DataFile, ScanPlan, fingerprint, resolve
 from airflow_provider_dltrain.training.backends import (
     Backend,
     HorovodBackend,
@@ -20,12 +21,11 @@ from airflow_provider_dltrain.training.backends import (
     register_backend,
 )
 from airflow_provider_dltrain.training.context import TrainContext
-from airflow_provider_dltrain.training.data import DataFile, ScanPlan, fingerprint, resolve
 from airflow_provider_dltrain.training.errors import TrainingUserError
-from airflow_provider_dltrain.training.hashing import code_hash, params_hash
 from airflow_provider_dltrain.training.horovod_backend import run_horovod_rank
 from airflow_provider_dltrain.training.loader import DeltaLoader
 from airflow_provider_dltrain.training.loader_spec import LoaderSpec, rank_slices, step_layout
+from airflow_provider_dltrain.training.rank_job import RankJob, run_rank
 from airflow_provider_dltrain.training.runner import (
     IDENTITY_TAGS,
     TrainResult,
@@ -35,7 +35,7 @@ from airflow_provider_dltrain.training.runner import (
     run_training,
 )
 from airflow_provider_dltrain.training.tracking import TAG_KEYS
-from airflow_provider_dltrain.training.worker import RankJob, run_rank
+from airflow_provider_dltrain.utils.hashing import code_hash, params_hash
 
 __all__ = [
     "IDENTITY_TAGS",

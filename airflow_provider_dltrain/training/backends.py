@@ -20,16 +20,16 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
 from airflow_provider_dltrain.training.horovod_backend import HorovodBackend
+from airflow_provider_dltrain.training.rank_job import RankJob, execute, record_failure
 from airflow_provider_dltrain.training.rundir import (
     RUN_URI_ENV,
     check_run_uri,
     default_run_root,
     inherit_sys_path,
 )
-from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
 
 if TYPE_CHECKING:
-    from airflow_provider_dltrain.training.data import ScanPlan
+    from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 
 
 @runtime_checkable
@@ -135,7 +135,7 @@ class TorchDistributorBackend:
         from airflow_provider_dltrain.etl.spark import spark_session
         from airflow_provider_dltrain.exceptions import require
         from airflow_provider_dltrain.training.pickling import dumps
-        from airflow_provider_dltrain.training.worker import run_rank
+        from airflow_provider_dltrain.training.rank_job import run_rank
 
         require("pyspark", "spark")
         from pyspark.ml.torch.distributor import TorchDistributor

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 from airflow_provider_dltrain.training.loader import DeltaLoader, default_columns
 from airflow_provider_dltrain.training.loader_spec import Batch, LoaderSpec, Mode, Split
 

@@ -4,7 +4,7 @@ The launcher side, :class:`HorovodBackend`, pickles the :class:`RankJob` into th
 runs ``horovodrun --gloo -np N -H localhost:N python -m airflow_provider_dltrain.training.horovod_main
 <job file>``. The rank side, :func:`run_horovod_rank`, is what any Horovod launch (``horovodrun``
 or ``mpirun`` on a SageMaker or EC2 node) calls: ``hvd.init()``, ranks from Horovod, then the
-shared :func:`~airflow_provider_dltrain.training.worker.execute` with :class:`HorovodCollectives`,
+shared :func:`~airflow_provider_dltrain.training.rank_job.execute` with :class:`HorovodCollectives`,
 so ``ctx.wrap``, ``ctx.allreduce`` and ``ctx.barrier`` go through Horovod and the training
 function cannot tell. Horovod is not on PyPI in a form that builds against torch 2.13: build it
 with ``make horovod`` (``docker/build_horovod.sh``).
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dltrain.exceptions import InvalidSpecError, MissingExtraError
 from airflow_provider_dltrain.lake.storage import is_remote
 from airflow_provider_dltrain.training.errors import failure
+from airflow_provider_dltrain.training.rank_job import RankJob, execute, record_failure
 from airflow_provider_dltrain.training.rundir import check_run_uri, read_json_files
-from airflow_provider_dltrain.training.worker import RankJob, execute, record_failure
 
 if TYPE_CHECKING:
+    from airflow_provider_dltrain.lake.scan_plan import ScanPlan
     from airflow_provider_dltrain.training.context import ReduceOp
-    from airflow_provider_dltrain.training.data import ScanPlan
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 JOB_FILE = "job.pkl"

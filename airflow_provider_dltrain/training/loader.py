@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan
+from airflow_provider_dltrain.lake.tensors import column_to_numpy, is_tensor_type, to_tensor
 from airflow_provider_dltrain.training.loader_spec import (
     Batch,
     LoaderSpec,
@@ -46,7 +47,6 @@ from airflow_provider_dltrain.training.loader_spec import (
 )
 from airflow_provider_dltrain.training.ordering import content_order, sample_keys
 from airflow_provider_dltrain.training.stream import Unit, stream_batches, survey, unit_rows
-from airflow_provider_dltrain.training.tensors import column_to_numpy, is_tensor_type, to_tensor
 
 if TYPE_CHECKING:
     import numpy as np

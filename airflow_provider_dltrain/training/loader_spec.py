@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
-from airflow_provider_dltrain.training.data import ScanPlan
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 
 if TYPE_CHECKING:
     import numpy as np

@@ -4,7 +4,7 @@ The seeded shuffle permutes positions, so the rows must first sit in an order th
 rows only: the same rows stored in other files, in another order (a compaction, a rewrite of the
 same partition) then give the same batches, the same weights and the same metrics.
 
-Sorting by the full 64-bit hash of every row (:func:`~airflow_provider_dltrain.lake.digest.row_hashes`)
+Sorting by the full 64-bit hash of every row (:func:`~airflow_provider_dltrain.lake.row_hash.row_hashes`)
 gives such an order, but touches every byte of every row: on 2 cores it cost as much as reading the
 Parquet files. The order here is the same kind of function of the content, computed in two steps:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_provider_dltrain.exceptions import SchemaMismatchError
-from airflow_provider_dltrain.lake.digest import (
+from airflow_provider_dltrain.lake.row_hash import (
     _blake64,
     _column_hash,
     _fmix,
@@ -32,7 +32,7 @@ from airflow_provider_dltrain.lake.digest import (
     _position_keys,
     row_hashes,
 )
-from airflow_provider_dltrain.training.tensors import to_tensor
+from airflow_provider_dltrain.lake.tensors import to_tensor
 
 if TYPE_CHECKING:
     import numpy as np

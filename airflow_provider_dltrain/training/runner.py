@@ -10,11 +10,11 @@ from typing import Any, Literal
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.filters import DataFilter
 from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
-from airflow_provider_dltrain.training.data import ScanPlan
-from airflow_provider_dltrain.training.hashing import canonical_json
+from airflow_provider_dltrain.training.rank_job import RankJob, TrainFn
 from airflow_provider_dltrain.training.rundir import local_run_dir
 from airflow_provider_dltrain.training.tracked_run import (
     IDENTITY_TAGS,
@@ -27,7 +27,7 @@ from airflow_provider_dltrain.training.tracked_run import (
     run_identity,
     start_tracked_run,
 )
-from airflow_provider_dltrain.training.worker import RankJob, TrainFn
+from airflow_provider_dltrain.utils.hashing import canonical_json
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 

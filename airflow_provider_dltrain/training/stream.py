@@ -34,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.training.data import ScanPlan
-from airflow_provider_dltrain.training.tensors import column_to_numpy, to_tensor
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan
+from airflow_provider_dltrain.lake.tensors import column_to_numpy, to_tensor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,7 +85,7 @@ def read_unit(plan: ScanPlan, unit_file: int, row_group: int, columns: list[str]
 def _survey_one(spec: LoaderSpec, index: int, row_group: int) -> Unit:
     import numpy as np
 
-    from airflow_provider_dltrain.lake.digest import row_hashes
+    from airflow_provider_dltrain.lake.row_hash import row_hashes
     from airflow_provider_dltrain.training.loader_spec import validation_mask
 
     columns = [spec.key] if spec.key else needed_columns(spec)

@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from airflow_provider_dltrain.lake.filters import DNF, DataFilter
 from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.scan_plan import ScanPlan, resolve
 from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
-from airflow_provider_dltrain.training.data import ScanPlan, resolve
-from airflow_provider_dltrain.training.hashing import canonical_json, code_identity, params_hash
-from airflow_provider_dltrain.training.worker import TrainFn
+from airflow_provider_dltrain.training.rank_job import TrainFn
+from airflow_provider_dltrain.utils.hashing import canonical_json, code_identity, params_hash
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 
@@ -140,8 +140,8 @@ def start_tracked_run(
 ) -> TrackedRun:
     """Resolve the data and open the MLflow run with every tag and param (what :func:`run_training`
     does before any rank starts); a remote backend then hands the run to its job."""
-    from airflow_provider_dltrain import __version__
     from airflow_provider_dltrain.lake.partition import check_date
+    from airflow_provider_dltrain.version import __version__
 
     if cutoff:  # registration needs a date: refuse anything else before the data is read
         check_date(cutoff, "cutoff")

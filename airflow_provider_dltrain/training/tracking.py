@@ -11,17 +11,15 @@ import contextlib
 import copy
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.registry.config import TrackingConfig, ensure_experiment
 
 if TYPE_CHECKING:
-    from airflow_provider_dltrain.training.data import ScanPlan
+    from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 
 log = logging.getLogger(__name__)
 
@@ -56,35 +54,6 @@ def flatten_params(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, st
         else:
             out[name] = str(value)[:_MAX_PARAM]
     return out
-
-
-def _artifact_root(tracking_uri: str) -> str | None:
-    """Artifacts next to a SQLite store; a server (http, databricks) chooses its own location."""
-    parsed = urlparse(tracking_uri)
-    if parsed.scheme != "sqlite":
-        return None
-    db_path = unquote(tracking_uri[len("sqlite:///") :])
-    if not db_path.startswith("/"):
-        db_path = os.path.abspath(db_path)
-    return "file://" + os.path.join(os.path.dirname(db_path), "mlartifacts")
-
-
-def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
-    """The id of experiment ``name``, created when missing (a concurrent creator is tolerated)."""
-    from mlflow.exceptions import MlflowException
-
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return str(found.experiment_id)
-    root = _artifact_root(tracking_uri)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "experiment"
-    try:
-        return str(client.create_experiment(name, artifact_location=f"{root}/{safe}" if root else None))
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return str(found.experiment_id)
 
 
 def start_run(

@@ -29,7 +29,7 @@ def registered(tmp_path):
         torch.nn.Linear(N_FEATURES, 16), torch.nn.ReLU(), torch.nn.Linear(16, N_CLASSES)
     ).eval()
     with tracking.activated():
-        from airflow_provider_dltrain.training.tracking import ensure_experiment
+        from airflow_provider_dltrain.registry.config import ensure_experiment
 
         client = mlflow.MlflowClient()
         mlflow.set_experiment(

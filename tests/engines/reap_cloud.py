@@ -13,7 +13,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.engines import JobHandle, RunSpec, StagedRun, get_engine
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 
 ROLE = "arn:aws:iam::123456789012:role/reaper-tests"
 DAG_ID = "reap_dag"

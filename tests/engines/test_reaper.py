@@ -254,7 +254,7 @@ from __future__ import annotations
 import boto3
 from airflow.sdk import DAG, task
 
-from airflow_provider_dltrain.engines.spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.operators import DltrainReapOperator
 
 with DAG("dltrain_reap_e2e", schedule=None, catchup=False):

@@ -116,7 +116,7 @@ def _jobs(sm, contains):
 
 
 def test_the_create_training_job_request_is_exactly_what_sagemaker_needs(sm):
-    from airflow_provider_dltrain.engines.spec import RunIdentity
+    from airflow_provider_dltrain.engines.run_spec import RunIdentity
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
     from airflow_provider_dltrain.hooks.engines import EngineHook
 

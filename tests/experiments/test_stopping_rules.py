@@ -9,8 +9,8 @@ from mlflow.entities import Metric
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.experiments import AshaRule, MedianStoppingRule, StoppingSpec, TrialStopper
+from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run
 from airflow_provider_dltrain.experiments.stopping import metric_histories
-from airflow_provider_dltrain.experiments.tracking import ensure_parent_run
 from airflow_provider_dltrain.registry.config import TrackingConfig
 
 

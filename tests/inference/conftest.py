@@ -82,7 +82,7 @@ def store(tmp_path_factory) -> Store:
     tracking.apply()
     import mlflow
 
-    from airflow_provider_dltrain.training.tracking import ensure_experiment
+    from airflow_provider_dltrain.registry.config import ensure_experiment
 
     # the experiment's artifacts next to the DB (MLflow's default for SQLite is ./mlruns in the cwd)
     mlflow.set_experiment(

@@ -35,7 +35,7 @@ def guarded(store, tmp_path_factory) -> SimpleNamespace:
 
     marker = tmp_path_factory.mktemp("pickle-marker") / "unpickled.txt"
     store.tracking.apply()
-    from airflow_provider_dltrain.training.tracking import ensure_experiment
+    from airflow_provider_dltrain.registry.config import ensure_experiment
 
     client = mlflow.MlflowClient()
     mlflow.set_experiment(

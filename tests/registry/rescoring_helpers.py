@@ -45,8 +45,8 @@ def score_by_hand(tracking: Any, model_uri: str, dataset: Any, data_filter: Any,
     import mlflow
     import torch
 
+    from airflow_provider_dltrain.lake.scan_plan import resolve
     from airflow_provider_dltrain.training.context import TrainContext
-    from airflow_provider_dltrain.training.data import resolve
 
     tracking.apply()
     model = mlflow.pytorch.load_model(model_uri, map_location="cpu")

@@ -97,7 +97,7 @@ def test_a_user_error_in_execute_fails_the_task_without_retries(case, tmp_path, 
 
 
 def test_fail_fast_leaves_other_errors_retryable():
-    from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+    from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
     with pytest.raises(OSError), fail_fast_on_user_error():
         raise OSError("network down")

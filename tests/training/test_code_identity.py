@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from airflow_provider_dltrain.training.hashing import MAX_TAG_CHARS, code_hash, code_identity, join_limited
+from airflow_provider_dltrain.utils.hashing import MAX_TAG_CHARS, code_hash, code_identity, join_limited
 
 FILES = {
     "src/mypkg/__init__.py": "",

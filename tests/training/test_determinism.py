@@ -119,7 +119,7 @@ def test_deterministic_kernels_are_on_inside_the_block_without_loading_inductor_
 
     probe = """
 import sys, torch
-from airflow_provider_dltrain.training.worker import deterministic_torch
+from airflow_provider_dltrain.training.rank_job import deterministic_torch
 with deterministic_torch():
     assert torch.are_deterministic_algorithms_enabled()
     assert "torch._inductor.config" not in sys.modules, "inductor was imported"

@@ -63,7 +63,7 @@ DIVERGES = {"lr": 1e3}
 def test_a_nan_final_loss_fails_the_run_as_a_user_error_with_no_model_logged(digits_ref, tracking):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_provider_dltrain.operators.errors import fail_fast_on_user_error
+    from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
     with pytest.raises(AirflowFailException) as caught, fail_fast_on_user_error():  # not retried
         run_training(linear_train, digits_ref, DIVERGES, tracking=tracking)
@@ -164,7 +164,7 @@ def test_a_remote_job_carries_the_switch_in_its_spec_and_reports_the_outcome(
 
     from airflow_provider_dltrain.engines import train_entry
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-    from airflow_provider_dltrain.training.data import resolve
+    from airflow_provider_dltrain.lake.scan_plan import resolve
 
     for name in ("RANK", "WORLD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"):
         monkeypatch.delenv(name, raising=False)

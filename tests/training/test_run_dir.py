@@ -17,12 +17,12 @@ from training_digits import digits_partition
 
 from airflow_provider_dltrain import lake
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.lake.scan_plan import resolve
 from airflow_provider_dltrain.lake.storage import filesystem
 from airflow_provider_dltrain.training import TrainingUserError
 from airflow_provider_dltrain.training.backends import LocalBackend, TorchDistributorBackend
-from airflow_provider_dltrain.training.data import resolve
+from airflow_provider_dltrain.training.rank_job import RankJob, execute
 from airflow_provider_dltrain.training.rundir import rank_checkpoints, read_json_files
-from airflow_provider_dltrain.training.worker import RankJob, execute
 
 
 def _plan(uri: str):

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_dltrain.engines.train_entry import launched_ranks
 from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-from airflow_provider_dltrain.training.data import resolve
+from airflow_provider_dltrain.lake.scan_plan import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH_VARS = (

@@ -11,8 +11,8 @@ import pytest
 from training_fns import KEY
 
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
+from airflow_provider_dltrain.lake.scan_plan import resolve
 from airflow_provider_dltrain.training import HorovodBackend, TrainingUserError, get_backend, run_training
-from airflow_provider_dltrain.training.data import resolve
 from airflow_provider_dltrain.training.loader import LoaderSpec, num_rows
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from mlflow.entities import Metric
 
+from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run
 from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG
-from airflow_provider_dltrain.experiments.tracking import ensure_parent_run
 from airflow_provider_dltrain.training import run_training
 
 DEMO = "airflow_provider_dltrain.demo.digits_model:train"

@@ -1,6 +1,6 @@
 """Identities of a training run's inputs: code, hyper-parameters (and data, in ``data.ScanPlan``).
 
-Together with :attr:`airflow_provider_dltrain.training.data.ScanPlan.fingerprint` they answer "is
+Together with :attr:`airflow_provider_dltrain.lake.scan_plan.ScanPlan.fingerprint` they answer "is
 this run's input identical to the champion's?", so a nightly DAG can skip retraining when nothing
 changed.
 

@@ -37,7 +37,7 @@ def ensure_parent_run(
     config: TrackingConfig, experiment_name: str, key: str, *, run_name: str, tags: Mapping[str, str]
 ) -> tuple[str, bool]:
     """``(run_id, created)`` of the search's parent run, created only when none has this key."""
-    from airflow_provider_dltrain.training.tracking import ensure_experiment
+    from airflow_provider_dltrain.registry.config import ensure_experiment
 
     client = config.client()
     experiment_id = ensure_experiment(client, experiment_name, config.tracking_uri)

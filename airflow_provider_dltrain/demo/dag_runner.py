@@ -1,6 +1,6 @@
 """Run several DAG runs through the ``airflow dags test`` code path in one process.
 
-``python -m airflow_provider_dltrain.demo.runner '[["dltrain_ingest", "2026-11-24", null], ...]'``
+``python -m airflow_provider_dltrain.demo.dag_runner '[["dltrain_ingest", "2026-11-24", null], ...]'``
 
 Each entry is ``[dag_id, ds, conf]``. Every run goes through ``airflow.cli.commands.dag_command.dag_test``
 — the function behind ``airflow dags test`` — with logical date ``ds + 1 day``, so the run covers the
@@ -9,7 +9,7 @@ Spark's start-up once instead of once per run. Markers on stdout delimit the run
 ``DLTRAIN-RUN-START {json}`` and ``DLTRAIN-RUN-END {json}`` (with ``ok``, ``seconds`` and ``outcome``: the
 run's id, task states and return values, read here so that no caller has to start Airflow again for them).
 
-``python -m airflow_provider_dltrain.demo.runner --serve`` reads one such list a line from stdin and prints
+``python -m airflow_provider_dltrain.demo.dag_runner --serve`` reads one such list a line from stdin and prints
 ``DLTRAIN-BATCH-END`` after each, until stdin closes: a caller with several batches (a test module
 that checks the tables between them) starts Airflow and Spark once for all of them.
 """
