@@ -9,7 +9,10 @@ Glue; re-run with unchanged inputs it submits nothing at all (no Glue, EMR, EMR 
 SageMaker job, no instance); forced (``{"force": true}``) on EMR Serverless it gives the same
 answer: no new commit, nothing trained, identical predictions. No instance, cluster or job is left
 running. (EMR runs the same job script through a step on a transient cluster:
-``test_cloud_operators.py`` covers its commit, re-attach, kill and deferral.)
+``test_cloud_operators.py`` covers its commit, re-attach, kill and deferral. The re-run's skips are
+decided before any backend is asked, so they hold for SageMaker as for EC2; SageMaker training inside
+a DAG run is ``tests/testing/test_user_cloud_dag.py``, and every SageMaker path of the operator is
+``test_sagemaker_training.py``.)
 """
 
 from __future__ import annotations
