@@ -58,6 +58,11 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c $(CONSTRAINTS) -e '.[all,dev]'
 	touch $@
 
+# The class-data-sharing archive of a test Spark session, per venv (tests/conftest.py uses it).
+SPARK_CDS := $(VENV)/spark-cds.jsa
+$(SPARK_CDS): $(VENV)/.installed tests/support/spark_cds.py
+	$(PY) tests/support/spark_cds.py $@
+
 demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)
 
@@ -66,7 +71,7 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 # After the 2-worker run, the cluster tests (mostly waiting on JVMs: a master, two workers, drivers)
 # and the Spark 3.5 run (one pytest process) share the 2 cores; the Spark 3.5 output is printed
 # when both are done, and either failing fails the target.
-test: install horovod chromium $(if $(strip $(SPARK35_TESTS)),spark35)
+test: install $(SPARK_CDS) horovod chromium $(if $(strip $(SPARK35_TESTS)),spark35)
 	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
 	@mkdir -p $(DLTRAIN_HOME); \
 	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(SPARK35_PY) -m pytest --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
@@ -77,7 +82,7 @@ test: install horovod chromium $(if $(strip $(SPARK35_TESTS)),spark35)
 
 # The inner loop: every test not marked slow or cluster (units, delta-rs, MLflow, moto, single Spark
 # stages), on the same two workers; no Horovod build, no Chromium, no Spark 3.5.
-test-quick: install
+test-quick: install $(SPARK_CDS)
 	$(PY) -m pytest $(XDIST) -m "not slow and not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
 
 test-spark35: spark35
