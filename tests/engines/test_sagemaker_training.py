@@ -363,7 +363,9 @@ def test_the_reaper_finds_a_training_job_by_its_tags_and_stops_it_once_its_task_
     assert [(o.resource.id, o.action) for o in kept if o.resource.kind == found.kind] == [(name, "kept")]
     dry = reap(clients, lambda identity: False, dry_run=True)  # the task is gone: listed, left running
     assert [(o.resource.id, o.action) for o in dry if o.resource.kind == found.kind] == [(name, "would stop")]
-    assert clients("sagemaker").describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
+    assert (
+        clients("sagemaker").describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
+    )
     reaped = reap(clients, lambda identity: False)
     assert [(o.resource.id, o.action) for o in reaped if o.resource.kind == found.kind] == [(name, "stopped")]
     thread.join(timeout=60)
