@@ -22,7 +22,7 @@ from airflow_provider_dltrain.exceptions import (
     NonFiniteError,
     SchemaMismatchError,
 )
-from airflow_provider_dltrain.inference.model import ScoringModel, require_loadable
+from airflow_provider_dltrain.inference.model import ScoringModel
 from airflow_provider_dltrain.inference.score_spec import (
     INPUT_VERSION,
     MODEL_NAME,
@@ -49,7 +49,12 @@ NON_FINITE_REASON = "the model's output is NaN or infinite"  # the writer's bad-
 
 
 def worker_config(
-    model: ScoringModel, scoring: ScoringSpec, tracking: TrackingConfig, *, allow_pickle: bool = False
+    model: ScoringModel,
+    scoring: ScoringSpec,
+    tracking: TrackingConfig,
+    *,
+    allow_pickle: bool = False,
+    archive: Any = None,
 ) -> WorkerConfig:
     """What the UDF closure ships to every worker (credentials as environment, never as params)."""
     return WorkerConfig(
@@ -62,7 +67,24 @@ def worker_config(
         load_log_dir=os.environ.get(LOAD_LOG_ENV) or None,
         env=dict(tracking.env),
         allow_pickle=allow_pickle,
+        archive=archive,
     )
+
+
+def model_archive(
+    spark: Any, model: ScoringModel, tracking: TrackingConfig, *, allow_pickle: bool = False
+) -> Any:
+    """The model's checked pt2 archive broadcast to the workers, or None if only MLflow can load it.
+
+    Downloaded and checked once here (:func:`registry.loading.fetch_pt2`), so no worker imports
+    MLflow or downloads the model. ``destroy()`` it once the jobs that score are done.
+    """
+    from airflow_provider_dltrain.registry.loading import fetch_pt2, model_label
+
+    label = model_label(model.name, model.version, model.model_uri)
+    with tracking.activated():
+        data = fetch_pt2(model.model_uri, label, allow_pickle=allow_pickle)
+    return None if data is None else spark.sparkContext.broadcast(data)
 
 
 def scoring_udf(cfg: WorkerConfig, return_ddl: str) -> Any:
@@ -110,8 +132,12 @@ def score_dataframe(
     *,
     input_version: int | None,
     allow_pickle: bool = False,
+    archive: Any = None,
 ) -> Any:
     """``df``'s key columns plus prediction(s), ``model_name``, ``model_version``, ``input_version``.
+
+    ``archive`` (from :func:`model_archive`) lets the workers load the model without MLflow; without
+    it each Python worker downloads and checks the model through MLflow.
 
     Unless ``scoring.allow_non_finite``, also ``_error``: set where the model's output is NaN or
     infinite, so that the writer rejects those rows (see :func:`score_table`).
@@ -122,7 +148,7 @@ def score_dataframe(
     from airflow_provider_dltrain.etl.writer import ERROR_COLUMN
 
     check_columns(df, scoring)
-    cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle)
+    cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle, archive=archive)
     if scoring.udf == "arrow":
         scored = _map_in_arrow(df, cfg, scoring)
     else:
@@ -254,24 +280,33 @@ def score_partition(
     partition = validate_partition(partition, formats=spec.partition_formats)  # before anything is read
     ref = DeltaRef.coerce(input_ref)  # type: ignore[arg-type]
     check_filters(input_filter, "input_filter")  # before the model or any file is touched
-    require_loadable(model, tracking, allow_pickle=allow_pickle)
     in_options = storage_options if input_storage_options is None else input_storage_options
-    df = read_input(spark, ref, input_filter, in_options)
-    scored = score_dataframe(df, model, spec, tracking, input_version=ref.version, allow_pickle=allow_pickle)
-    log.info("scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition)
-    with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():
-        try:
-            result = write_dataframe(
-                scored,
-                table_uri,
-                partition,
-                metadata={**dict(metadata or {}), **_model_metadata(model, ref)},
-                storage_options=storage_options,
-            )
-        except BadDataError as err:
-            if NON_FINITE_REASON not in err.reasons:
-                raise
-            raise _non_finite_refusal(err, model, ref, table_uri, spec) from err
+    # Refuses a model that runs code on load before any input is read or any worker loads it.
+    archive = model_archive(spark, model, tracking, allow_pickle=allow_pickle)
+    try:
+        df = read_input(spark, ref, input_filter, in_options)
+        scored = score_dataframe(
+            df, model, spec, tracking, input_version=ref.version, allow_pickle=allow_pickle, archive=archive
+        )
+        log.info(
+            "scoring %s v%s with %s into %s %s", ref.uri, ref.version, model.model_uri, table_uri, partition
+        )
+        with arrow_batch_size(spark, spec.batch_size), worker_errors_as_user_errors():
+            try:
+                result = write_dataframe(
+                    scored,
+                    table_uri,
+                    partition,
+                    metadata={**dict(metadata or {}), **_model_metadata(model, ref)},
+                    storage_options=storage_options,
+                )
+            except BadDataError as err:
+                if NON_FINITE_REASON not in err.reasons:
+                    raise
+                raise _non_finite_refusal(err, model, ref, table_uri, spec) from err
+    finally:
+        if archive is not None:
+            archive.destroy()
     out = result.ref
     log.info("wrote %d scored row(s) to %s version %d", result.rows_written, out.uri, out.version)
     return result

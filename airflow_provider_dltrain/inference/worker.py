@@ -42,6 +42,9 @@ class WorkerConfig:
     env: dict[str, str] = field(default_factory=dict, repr=False)
     # Load a model saved in pickle format (or shipping code_paths) anyway; the driver checked and warned.
     allow_pickle: bool = False
+    # The model's pt2 archive as a Spark broadcast of bytes the driver downloaded and checked
+    # (registry.loading.fetch_pt2): workers then load it with torch alone, without MLflow.
+    archive: Any = field(default=None, repr=False, compare=False)
 
     @property
     def cache_key(self) -> tuple[str, str, str]:
@@ -69,8 +72,10 @@ def _threads(cfg: WorkerConfig) -> int:
 def load_model(cfg: WorkerConfig) -> Any:
     """The model of ``cfg``, loaded at most once per process (only the latest model is kept).
 
-    A model that would run code while loading (pickle format, ``code_paths``) is refused here too,
-    from the downloaded copy and by MLflow's pickle switch, unless ``cfg.allow_pickle``.
+    With ``cfg.archive`` the driver's checked pt2 bytes are loaded by torch alone. Without it
+    the model is downloaded through MLflow, and one that would run code while loading (pickle
+    format, ``code_paths``) is refused here too, from the downloaded copy and by MLflow's pickle
+    switch, unless ``cfg.allow_pickle``.
     """
     with _LOCK:
         model = _CACHE.get(cfg.cache_key)
@@ -79,25 +84,37 @@ def load_model(cfg: WorkerConfig) -> Any:
         started = time.monotonic()
         import torch
 
-        from airflow_provider_dltrain.registry.config import TrackingConfig
-        from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
-
         # One intra-op thread per Spark task CPU: N workers x M threads on N cores thrash.
         torch.set_num_threads(_threads(cfg))
-        label = model_label(None, None, cfg.model_uri)
-        tracking = TrackingConfig(
-            tracking_uri=cfg.tracking_uri, registry_uri=cfg.registry_uri, env=dict(cfg.env)
-        )
-        # Credentials only while loading: Python workers are reused and their children inherit os.environ.
-        with tracking.activated():
-            # The marker makes the driver raise a user error (no retries) instead of a Spark failure.
-            model = load_torch_model(
-                cfg.model_uri, label, allow_pickle=cfg.allow_pickle, prefix=WORKER_ERROR_MARK + " "
-            )
+        model = _load_archive(cfg) if cfg.archive is not None else _load_from_mlflow(cfg)
         _CACHE.clear()
         _CACHE[cfg.cache_key] = model
         _log_line(cfg, f"load {cfg.model_uri} {time.monotonic() - started:.3f}")
         return model
+
+
+def _load_archive(cfg: WorkerConfig) -> Any:
+    """The module of the driver-checked pt2 archive: no MLflow import, no download, no second check."""
+    import io
+
+    import torch
+
+    return torch.export.load(io.BytesIO(cfg.archive.value)).module()
+
+
+def _load_from_mlflow(cfg: WorkerConfig) -> Any:
+    """Download and load through MLflow (a model only MLflow can load, or no driver-side archive)."""
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
+
+    label = model_label(None, None, cfg.model_uri)
+    tracking = TrackingConfig(tracking_uri=cfg.tracking_uri, registry_uri=cfg.registry_uri, env=dict(cfg.env))
+    # Credentials only while loading: Python workers are reused and their children inherit os.environ.
+    with tracking.activated():
+        # The marker makes the driver raise a user error (no retries) instead of a Spark failure.
+        return load_torch_model(
+            cfg.model_uri, label, allow_pickle=cfg.allow_pickle, prefix=WORKER_ERROR_MARK + " "
+        )
 
 
 def features_matrix(columns: Sequence[Any], names: Sequence[str]) -> Any:

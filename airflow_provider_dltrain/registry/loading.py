@@ -191,6 +191,57 @@ def load_torch_model(model_uri: str, label: str, *, allow_pickle: bool = False, 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def fetch_pt2(model_uri: str, label: str, *, allow_pickle: bool = False) -> bytes | None:
+    """The ``pt2`` archive of ``model_uri``, downloaded and checked once, for processes that load it without MLflow.
+
+    Checks the downloaded copy as :func:`load_torch_model` does (format, ``code_paths``) and, like
+    MLflow's loader with pickle deserialization disallowed, that no record of the archive needs
+    pickle. Returns ``None`` for a model that runs code on load and is allowed (``allow_pickle``):
+    such a model must be loaded by MLflow itself. MLflow's global URIs must point at the model's
+    store (see :func:`pointed_at`).
+
+    Why by hand: MLflow offers the archive check only inside ``mlflow.pytorch.load_model``, which
+    also builds the module. A Spark scoring job would otherwise import MLflow, download the model
+    and check it again in every Python worker (about 3 s each); here it happens once on the driver
+    and the workers only run ``torch.export.load`` on these exact bytes.
+
+    :raises UnsafeModelError: the model is pickled, ships code, or its archive holds pickled records.
+    """
+    import mlflow.artifacts
+
+    scratch = tempfile.mkdtemp(prefix="dltrain-model-")
+    try:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=scratch)
+        fmt = inspect_dir(local)
+        require_safe(fmt, label, allow_pickle=allow_pickle)
+        if fmt.runs_code:
+            return None
+        path = os.path.join(local, fmt.evidence)  # a pt2 model's evidence is <model_data>/model.pt2
+        _require_pickle_free(path, local, label)
+        with open(path, "rb") as fh:
+            return fh.read()
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _require_pickle_free(path: str, model_dir: str, label: str) -> None:
+    """MLflow's own check that a ``pt2`` archive needs no pickle to load (its loader's, run alone)."""
+    import mlflow.pytorch
+    from mlflow.exceptions import MlflowException
+
+    check = getattr(mlflow.pytorch, "_validate_pt2_archive_is_pickle_free", None)
+    try:
+        with pickle_switch(False):
+            if check is not None:
+                check(path)
+            else:  # an MLflow without the separate check: its loader runs the same one
+                mlflow.pytorch.load_model(model_dir, map_location="cpu")
+    except MlflowException as err:
+        raise UnsafeModelError(f"{label}: {err.message}. Refused: {RELOG_HINT}.") from err
+
+
 def pointed_at(tracking: TrackingConfig) -> contextlib.AbstractContextManager[None]:
     """MLflow's process-wide store (and credentials) set to ``tracking`` for the block; restored after.
 

@@ -130,6 +130,7 @@ def started(monkeypatch) -> list[str]:
     spy(stages, "run_stage")
     spy(loading, "check_loadable")
     spy(loading, "load_torch_model")
+    spy(loading, "fetch_pt2")
     return calls
 
 
@@ -155,7 +156,7 @@ def test_the_operator_rerun_loads_no_model_and_starts_no_spark(
             return _run(op, _context(DS))
 
     first = score()
-    assert "run_stage" in started and "check_loadable" in started
+    assert "run_stage" in started and "fetch_pt2" in started  # the model checked and fetched once
     started.clear()
     again = score()
     assert started == []  # no model inspected or loaded, no stage, no Spark session
