@@ -237,28 +237,51 @@ def _source_module(name: str, path: str | None, is_package: bool) -> _Module | N
 
 def _imported_names(module: _Module, wanted: Callable[[str], bool]) -> Iterator[str]:
     """Absolute names of the wanted modules that ``module``'s import statements may load."""
-    try:
-        tree = ast.parse(_read(module.path), filename=module.path)
-    except (SyntaxError, ValueError):
-        return
     package = module.name if module.is_package else module.name.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for level, base_name, names in _import_statements(_read(module.path), module.path):
+        if level < 0:  # ``import a, b``
+            yield from (name for name in names if wanted(name))
+            continue
+        base = _absolute(level, base_name, package)
+        if base is not None and wanted(base):
+            yield from _from_targets(base, list(names))
+
+
+# Import statements by source text: parsing is most of what hashing a code base costs (about 1 s
+# for this package), and an unchanged re-run hashes the same files again. Keyed by the bytes read
+# now, so an edited file is always parsed again.
+_STATEMENTS: dict[bytes, tuple[tuple[int, str | None, tuple[str, ...]], ...]] = {}
+
+
+def _import_statements(source: bytes, path: str) -> tuple[tuple[int, str | None, tuple[str, ...]], ...]:
+    """``(level, module, names)`` of each import statement (level -1: ``import names``)."""
+    found = _STATEMENTS.get(source)
+    if found is not None:
+        return found
+    statements: list[tuple[int, str | None, tuple[str, ...]]] = []
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError):
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names if wanted(alias.name))
+            statements.append((-1, None, tuple(alias.name for alias in node.names)))
         elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, package)
-            if base is not None and wanted(base):
-                yield from _from_targets(base, [alias.name for alias in node.names])
+            statements.append((node.level, node.module, tuple(alias.name for alias in node.names)))
+    if len(_STATEMENTS) >= 4096:  # a bound, not an eviction policy: code bases are far smaller
+        _STATEMENTS.clear()
+    _STATEMENTS[source] = found = tuple(statements)
+    return found
 
 
-def _absolute(node: ast.ImportFrom, package: str) -> str | None:
-    if node.level == 0:
-        return node.module
+def _absolute(level: int, module: str | None, package: str) -> str | None:
+    if level == 0:
+        return module
     parts = package.split(".") if package else []
-    if node.level - 1 > len(parts) or not parts:
+    if level - 1 > len(parts) or not parts:
         return None  # a relative import beyond the top package: Python refuses it too
-    base = ".".join(parts[: len(parts) - (node.level - 1)])
-    return f"{base}.{node.module}" if node.module else base
+    base = ".".join(parts[: len(parts) - (level - 1)])
+    return f"{base}.{module}" if module else base
 
 
 def _from_targets(base: str, names: list[str]) -> Iterator[str]:
