@@ -8,6 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 UV_VERSION ?= 0.13.9
 CONSTRAINTS := constraints/constraints-3.11.txt
+SPARK_CDS := $(VENV)/spark-cds.jsa
 export DLTRAIN_HOME ?= $(CURDIR)/.dltrain
 DEMO_START ?= 2026-11-24
 DEMO_DAYS ?= 3
@@ -45,7 +46,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 
 .PHONY: install demo test test-quick test-spark35 spark35 horovod mpi chromium bench lint clean constraints
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(SPARK_CDS)
 
 # torch with pip first: pip takes the CPU build this machine keeps on disk (uv does not look there, and an
 # unpinned torch is a multi-GB CUDA build). The rest with uv, pinned by the same constraints file: it
@@ -58,10 +59,10 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c $(CONSTRAINTS) -e '.[all,dev]'
 	touch $@
 
-# The class-data-sharing archive of a test Spark session, per venv (tests/conftest.py uses it).
-SPARK_CDS := $(VENV)/spark-cds.jsa
-$(SPARK_CDS): $(VENV)/.installed tests/support/spark_cds.py
-	$(PY) tests/support/spark_cds.py $@
+# The class-data-sharing archive of a small Spark session, per venv: the demo's and the tests' Spark
+# JVMs map their classes from it (airflow_provider_dltrain/demo/spark_cds.py; about 40 s once).
+$(SPARK_CDS): $(VENV)/.installed airflow_provider_dltrain/demo/spark_cds.py
+	$(PY) -m airflow_provider_dltrain.demo.spark_cds $@
 
 demo: install
 	$(VENV)/bin/dltrain demo run --start $(DEMO_START) --days $(DEMO_DAYS)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dltrain.demo.spark_cds import jvm_options
+
 # The fake AWS fixtures users get from the package's pytest11 entry point (fake_aws, fake_aws_server),
 # loaded here by name too: the entry point has that name, so an installed entry point is not loaded twice.
 pytest_plugins = ["airflow_provider_dltrain.testing.pytest_plugin"]
@@ -35,15 +37,10 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
-# Tests start dozens of short-lived JVMs (Spark sessions, jobs, a standalone cluster): the C1 JIT alone
-# and the serial GC start each one ~20 % faster; long jobs would want the defaults, tests never do.
-# With the venv's class-data-sharing archive (``make test`` writes it: tests/support/spark_cds.py) a
-# Spark JVM maps its classes instead of loading them: a local session starts in ~5 s instead of ~8 s.
-# A JVM whose class path differs from the archive's ignores it, silently (-Xlog:cds...=off).
-_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-_SPARK_CDS = Path(sys.prefix) / "spark-cds.jsa"
-if _SPARK_CDS.is_file():
-    _JAVA_OPTS += f" -XX:SharedArchiveFile={_SPARK_CDS} -Xlog:cds=off -Xlog:cds+dynamic=off"
+# Tests start dozens of short-lived JVMs (Spark sessions, jobs, a standalone cluster): the C1 JIT alone,
+# the serial GC and the venv's class-data-sharing archive (``make install`` writes it) start each one in
+# about half the time; long jobs would want the defaults, tests never do.
+_JAVA_OPTS = jvm_options()
 os.environ.setdefault("JAVA_TOOL_OPTIONS", _JAVA_OPTS)
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 # the example DAGs check their jobs every second (15-60 s by default): the fake AWS runs each job in seconds

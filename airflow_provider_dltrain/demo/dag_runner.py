@@ -171,6 +171,12 @@ def ensure_db() -> None:
 def main(argv: list[str]) -> int:
     import os
 
+    from airflow_provider_dltrain.demo import paths
+
+    if paths.train_backend() == "ddp":
+        from airflow_provider_dltrain.training.forked import warm_up
+
+        warm_up()  # the ranks' imports, while this process starts Airflow
     ensure_db()
     # Checked once just now: ``dag_test``'s CLI wrapper would check the migrations again on every run.
     os.environ["AIRFLOW__DATABASE__CHECK_MIGRATIONS"] = "False"

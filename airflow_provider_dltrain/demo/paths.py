@@ -8,7 +8,7 @@ Everything is under ``$DLTRAIN_HOME`` (default ``./.dltrain``) unless a deployme
 - ``DLTRAIN_AWS_CONN_ID``: the Airflow ``aws`` connection for ``s3://`` tables and cloud jobs;
 - ``DLTRAIN_TRAIN_BACKEND`` / ``DLTRAIN_TRAIN_BACKEND_OPTIONS`` (JSON): where training runs, e.g.
   ``sagemaker`` and ``{"staging_uri": "s3://my-lake/staging", "role": "arn:aws:iam::…:role/…"}``
-  (default: ``torch_distributor`` with 2 processes on the Airflow worker);
+  (default: ``ddp`` with 2 processes on the Airflow worker);
 - ``DLTRAIN_POLL_INTERVAL``: seconds between status checks of the cloud jobs (ETL, training,
   scoring) and of the partition sensor (default: each operator's own, 15 to 60 s).
 
@@ -65,12 +65,12 @@ def engine_options() -> dict[str, object]:
 
 
 def train_backend() -> str:
-    return os.environ.get("DLTRAIN_TRAIN_BACKEND", "").strip() or "torch_distributor"
+    return os.environ.get("DLTRAIN_TRAIN_BACKEND", "").strip() or "ddp"
 
 
 def train_backend_options() -> dict[str, object]:
     options = _json_options("DLTRAIN_TRAIN_BACKEND_OPTIONS")
-    if not options and train_backend() == "torch_distributor":
+    if not options and train_backend() in ("ddp", "torch_distributor"):
         return {"num_processes": 2}
     return options
 

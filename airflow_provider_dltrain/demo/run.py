@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_dltrain.demo import paths
+from airflow_provider_dltrain.demo.spark_cds import jvm_options
 
 
 def dags_folder() -> str:
@@ -52,6 +53,8 @@ def airflow_env() -> dict[str, str]:
         }
     )
     env.setdefault("DLTRAIN_SPARK_MASTER", "local[2]")
+    # the demo's Spark JVM lives about a minute on a few thousand rows: start it as the tests do
+    env.setdefault("JAVA_TOOL_OPTIONS", jvm_options())
     return env
 
 

@@ -34,6 +34,8 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
 }
 
+# Spark's setting naming the module its Python worker daemon runs (see spark_daemon.py)
+DAEMON_MODULE = "spark.python.daemon.module"
 _LOCAL_ONLY = ("spark.driver.bindAddress", "spark.driver.host", "spark.sql.warehouse.dir")
 
 
@@ -76,8 +78,11 @@ def spark_session(
             for key in _LOCAL_ONLY:
                 base.pop(key)
         else:
-            builder = builder.master(master or os.environ.get("DLTRAIN_SPARK_MASTER") or "local[*]")
-            builder = builder.appName(app_name)
+            chosen = master or os.environ.get("DLTRAIN_SPARK_MASTER") or "local[*]"
+            builder = builder.master(chosen).appName(app_name)
+            if chosen.startswith("local"):
+                # workers on this machine import PySpark's compiled package instead of its zips
+                base[DAEMON_MODULE] = "airflow_provider_dltrain.spark_daemon"
         for key, value in {**base, **dict(conf or {})}.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()

@@ -1,4 +1,4 @@
-"""Where the training function runs: this process, a TorchDistributor DDP job, or Horovod ranks.
+"""Where the training function runs: this process, a TorchDistributor DDP job, DDP ranks forked here, or Horovod ranks.
 
 A backend is anything with ``name``, ``world_size`` and ``run(job) -> rank 0's report`` that raises
 :class:`~airflow_provider_dltrain.exceptions.TrainingFailedError` (or its user-error subclass) on
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
+from airflow_provider_dltrain.training.forked import ForkedDDPBackend
 from airflow_provider_dltrain.training.horovod_backend import HorovodBackend
 from airflow_provider_dltrain.training.rank_job import RankJob, execute, record_failure
 from airflow_provider_dltrain.training.rundir import (
@@ -163,6 +164,7 @@ class TorchDistributorBackend:
 BACKENDS: dict[str, Callable[..., Backend]] = {
     LocalBackend.name: LocalBackend,
     TorchDistributorBackend.name: TorchDistributorBackend,
+    ForkedDDPBackend.name: ForkedDDPBackend,
     HorovodBackend.name: HorovodBackend,
 }
 

@@ -113,3 +113,27 @@ def non_finite_train(ctx: Any) -> dict[str, float]:
     ctx.barrier()
     ctx.save_model(model, torch.zeros(2, 64))
     return {"nan_loss": float("nan")}
+
+
+def probe_train(ctx: Any) -> dict[str, float]:
+    """Writes what the rank sees to ``hparams['trace_dir']/rank<r>.json``, sleeps ``hparams['sleep']`` s."""
+    import time
+
+    import torch
+
+    seen = {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "marker": os.environ.get("DLTRAIN_PROBE"),
+        "cwd": os.getcwd(),
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+    }
+    path = os.path.join(ctx.hparams["trace_dir"], f"rank{ctx.rank}.json")
+    with open(f"{path}.tmp", "w") as handle:
+        json.dump(seen, handle)
+    os.replace(f"{path}.tmp", path)
+    time.sleep(float(ctx.hparams.get("sleep", 0)))
+    print(f"probe rank {ctx.rank} done", flush=True)
+    ctx.barrier()
+    return {"probed": 1.0}

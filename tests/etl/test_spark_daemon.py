@@ -1,0 +1,45 @@
+"""Spark's Python workers of a local session import PySpark from the installed package, not its zips."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pyspark
+
+from airflow_provider_dltrain.spark_daemon import own_zips
+
+SPARK_HOME = os.path.dirname(pyspark.__file__)  # a pip-installed PySpark is its own SPARK_HOME
+ZIPS = [
+    os.path.join(SPARK_HOME, "python", "lib", name) for name in sorted(os.listdir(f"{SPARK_HOME}/python/lib"))
+]
+
+
+def test_the_zips_beside_the_installed_pyspark_are_dropped_and_nothing_else():
+    path = [*ZIPS, "/somewhere/else.zip", *sys.path]
+    assert sorted(own_zips(path, SPARK_HOME)) == ZIPS
+    assert own_zips(path, None) == []
+
+
+def test_the_zips_of_another_spark_home_stay(tmp_path):
+    lib = tmp_path / "python" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "pyspark.zip").write_bytes(b"")
+    # the PySpark importable without them is not this SPARK_HOME's: the zips are what Spark runs
+    assert own_zips([str(lib / "pyspark.zip"), *sys.path], str(tmp_path)) == []
+
+
+def test_workers_of_a_local_session_import_pyspark_from_the_package(spark):
+    def where(_):
+        import sys
+
+        import pyspark
+
+        yield (
+            pyspark.__file__,
+            [p for p in sys.path if p.endswith(".zip") and ("pyspark" in p or "py4j" in p)],
+        )
+
+    ((module, zips),) = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
+    assert module == pyspark.__file__ and not module.endswith(".zip")
+    assert zips == []

@@ -1,0 +1,131 @@
+"""``backend="ddp"``: DDP ranks forked from a warm fork server, seen by the training function as torchrun ranks."""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_provider_dltrain.exceptions import DltrainUserError
+from airflow_provider_dltrain.training import TrainingUserError, run_training
+from airflow_provider_dltrain.training.forked import warm_up
+
+pytestmark = pytest.mark.slow
+
+DDP = {"backend": "ddp", "backend_options": {"num_processes": 2}}
+HERE = Path(__file__).parent
+
+
+def _ranks_of(process: psutil.Process) -> list[psutil.Process]:
+    """Processes under ``process``'s fork servers: ranks still running."""
+    servers = [c for c in process.children() if "multiprocessing.forkserver" in " ".join(c.cmdline())]
+    return [rank for server in servers for rank in server.children(recursive=True)]
+
+
+def _weights(result) -> list[str]:
+    reports = sorted(glob.glob(f"{result.run_dir}/ranks/rank-*.json"))
+    return [json.loads(Path(p).read_text())["weights_sha256"] for p in reports]
+
+
+def test_ddp_trains_bit_identical_weights_to_torch_distributor(spark, digits_ref, tracking):
+    hparams = {"epochs": 2, "batch_size": 16, "seed": 5}
+    forked = run_training("training_fns:keyless_train", digits_ref, hparams, tracking=tracking, **DDP)
+    torchrun = run_training(
+        "training_fns:keyless_train",
+        digits_ref,
+        hparams,
+        tracking=tracking,
+        backend="torch_distributor",
+        backend_options={"num_processes": 2},
+    )
+    assert forked.world_size == torchrun.world_size == 2
+    assert len(set(_weights(forked))) == 1 and len(_weights(forked)) == 2  # DDP kept the replicas equal
+    assert _weights(forked) == _weights(torchrun)  # same content, code, hparams, seed and world size
+    assert forked.metrics == torchrun.metrics
+    assert not _ranks_of(psutil.Process())
+
+
+def test_ranks_see_the_callers_environment_directory_and_one_thread(
+    digits_ref, tracking, tmp_path, monkeypatch, caplog
+):
+    warm_up()  # the fork server starts before the variable and the directory below are set
+    monkeypatch.setenv("DLTRAIN_PROBE", "set after the fork server started")
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO, logger="airflow_provider_dltrain.training")
+    result = run_training(
+        "training_fns:probe_train", digits_ref, {"trace_dir": str(tmp_path)}, tracking=tracking, **DDP
+    )
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(s["rank"], s["world_size"]) for s in seen] == [(0, 2), (1, 2)]
+    assert {s["marker"] for s in seen} == {"set after the fork server started"}
+    assert {s["cwd"] for s in seen} == {str(tmp_path)}
+    assert {s["threads"] for s in seen} == {1}  # torchrun's rule: one thread per rank
+    assert seen[0]["pid"] != seen[1]["pid"] != os.getpid()
+    assert result.metrics["probed"] == 1.0
+    assert "[rank 1] probe rank 1 done" in caplog.text  # the ranks' output reaches the task log
+    assert not _ranks_of(psutil.Process())
+
+
+def test_a_failing_rank_surfaces_as_one_user_error_naming_that_rank(digits_ref, tracking):
+    with pytest.raises(TrainingUserError) as caught:
+        run_training(
+            "training_fns:failing_train",
+            digits_ref,
+            {"fail_rank": 1, "user_error": True},
+            tracking=tracking,
+            **DDP,
+        )
+    message = str(caught.value)
+    assert isinstance(caught.value, DltrainUserError)
+    assert message.startswith("training failed on rank 1 of 2")
+    assert "SchemaMismatchError: column 'features' has 63 values in row 7" in message
+    assert not _ranks_of(psutil.Process())  # rank 0, waiting in a collective, was stopped too
+
+
+LAUNCHER = """
+import sys
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training import run_training
+run_training("training_fns:probe_train", sys.argv[1], {"trace_dir": sys.argv[2], "sleep": 120},
+             tracking=TrackingConfig(tracking_uri=sys.argv[3]), backend="ddp", backend_options={"num_processes": 2})
+"""
+
+
+def test_ranks_end_with_the_process_that_launched_them(digits_ref, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            digits_ref.to_json(),
+            str(tmp_path),
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"rank{r}.json").exists() for r in (0, 1)):
+            assert launcher.poll() is None, "the launcher ended before its ranks started"
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        ranks = [psutil.Process(json.loads((tmp_path / f"rank{r}.json").read_text())["pid"]) for r in (0, 1)]
+        left = [*ranks, *psutil.Process(launcher.pid).children(recursive=True)]
+        launcher.send_signal(signal.SIGKILL)  # no handler, no cleanup: the worst way a task process ends
+        launcher.wait()
+        _, alive = psutil.wait_procs(left, timeout=20)
+        assert not alive, f"left running: {[p.pid for p in alive]}"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
