@@ -7,12 +7,11 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 from typing import Any
 
 from airflow_provider_dltrain.demo import paths
-from airflow_provider_dltrain.demo.run import DagRunner, DagRunOutcome, Run, airflow_env
+from airflow_provider_dltrain.demo.run import DagRunner, DagRunOutcome, airflow_env
 from airflow_provider_dltrain.demo.seed import seed
 from airflow_provider_dltrain.demo.summary import ingest_summary, partition_rows
 
@@ -82,17 +81,6 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     return ["    verdict: " + head.split("  ", 1)[-1], *(f"  {line}" for line in rest)]
 
 
-def prepare_mlflow_store(uri: str) -> None:
-    """Create a new embedded (SQLite) MLflow store here, while the runner process starts Airflow, instead
-    of in the first training task: MLflow's schema migrations take about 4 s of one core."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix) or os.path.exists(uri[len(prefix) :]):
-        return
-    from airflow_provider_dltrain.registry.config import TrackingConfig
-
-    TrackingConfig(tracking_uri=uri).client().search_experiments(max_results=1)
-
-
 def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> int:
     """Run ``dag_ids`` for ``days`` dates from ``start``; return a process exit code."""
     began = time.monotonic()
@@ -117,21 +105,13 @@ def run_demo(start: date, days: int, dag_ids: tuple[str, ...] = DEMO_DAGS) -> in
             print("\n".join(verdict_lines(outcome.state["report"])))
         sys.stdout.flush()
 
-    runs: list[Run] = [(dag_id, ds, None) for ds in dates for dag_id in dag_ids]
     with DagRunner(env) as runner:  # Airflow starts and migrates its DB while the landing zone is seeded
         for day in seed(paths.landing(), start, days):
             print(f"  landing {day.ds}: {'seeded' if day.created else 'present'} ({day.images} files)")
         print(
             f"running {', '.join(dag_ids)} for {len(dates)} date(s) through `airflow dags test`, one process"
         )
-        # the first ingest uses no MLflow: the store is created here meanwhile, on the idle core
-        first = 1 if dag_ids[0] == "dltrain_ingest" else 0
-        with ThreadPoolExecutor(1) as pool:
-            store = pool.submit(prepare_mlflow_store, env["MLFLOW_TRACKING_URI"])
-            outcomes = runner.run(runs[:first], on_result=report) if first else []
-            store.result()
-        if all(o.ok for o in outcomes):
-            outcomes += runner.run(runs[first:], on_result=report)
+        outcomes = runner.run([(dag_id, ds, None) for ds in dates for dag_id in dag_ids], on_result=report)
 
     if not outcomes or not all(o.ok for o in outcomes) or len(outcomes) != len(dates) * len(dag_ids):
         return 1
