@@ -10,7 +10,14 @@ sessions (see :func:`~airflow_provider_dltrain.etl.spark.spark_session`); it dro
 ``sys.path`` when they belong to the PySpark installation that is importable without them (same
 directory, same py4j version), then runs PySpark's daemon. Forked workers inherit that path.
 
-Only the standard library is imported here: the daemon forks its workers and must not start threads.
+It also imports the modules named in ``$DLTRAIN_SPARK_WORKER_PRELOAD`` (comma-separated) before it
+forks any worker, so that each worker has them already: scoring asks for ``torch`` (about 2.5 s of
+CPU in every worker otherwise) through :func:`~airflow_provider_dltrain.etl.spark.worker_preload`.
+Spark keeps one daemon, and one pool of idle workers, per set of worker environment variables, so
+workers with torch serve scoring and the others the rest. PySpark's daemon imports nothing before it
+forks because some libraries start threads on import; torch starts none, and numpy's OpenBLAS
+thread (torch imports numpy) is fork-safe (its at-fork handlers restart it), as every PyTorch
+``DataLoader`` that forks its workers relies on. Otherwise only the standard library is imported here.
 """
 
 from __future__ import annotations
@@ -49,10 +56,25 @@ def own_zips(path: list[str], spark_home: str | None) -> list[str]:
     return zips
 
 
+PRELOAD_ENV = "DLTRAIN_SPARK_WORKER_PRELOAD"
+
+
+def preload(names: str) -> None:
+    """Import each module of the comma-separated ``names``; one that is missing is the worker's to report."""
+    import importlib
+
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+
+
 def main() -> None:
     dropped = set(own_zips(sys.path, os.environ.get("SPARK_HOME")))
     if dropped:
         sys.path[:] = [p for p in sys.path if p not in dropped]
+    preload(os.environ.get(PRELOAD_ENV, ""))
     from pyspark.daemon import manager
 
     manager()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import require
@@ -89,6 +90,29 @@ def spark_session(
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
         log.info("Spark session %s started in %.1fs", session.sparkContext.master, time.monotonic() - started)
         return session
+
+
+@contextlib.contextmanager
+def worker_preload(spark: Any, modules: tuple[str, ...]) -> Iterator[None]:
+    """Python UDFs created in the block run in workers that imported ``modules`` before they started.
+
+    PySpark copies ``SparkContext.environment`` into each UDF it creates; Spark keeps one worker
+    daemon per set of those variables, and on a local master that daemon is
+    :mod:`airflow_provider_dltrain.spark_daemon`, which imports the modules once and forks its workers
+    with them. Elsewhere the variable is only set in the workers' environment.
+    """
+    from airflow_provider_dltrain.spark_daemon import PRELOAD_ENV
+
+    environment = spark.sparkContext.environment
+    before = environment.get(PRELOAD_ENV)
+    environment[PRELOAD_ENV] = ",".join(modules)
+    try:
+        yield
+    finally:
+        if before is None:
+            environment.pop(PRELOAD_ENV, None)
+        else:
+            environment[PRELOAD_ENV] = before
 
 
 def to_arrow_schema(spark_schema: Any) -> Any:

@@ -145,15 +145,17 @@ def score_dataframe(
     """
     from pyspark.sql import functions as F
 
+    from airflow_provider_dltrain.etl.spark import worker_preload
     from airflow_provider_dltrain.etl.writer import ERROR_COLUMN
 
     check_columns(df, scoring)
     cfg = worker_config(model, scoring, tracking, allow_pickle=allow_pickle, archive=archive)
-    if scoring.udf == "arrow":
-        scored = _map_in_arrow(df, cfg, scoring)
-    else:
-        udf = scoring_udf(cfg, _udf_ddl(scoring))
-        scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
+    with worker_preload(df.sparkSession, ("torch",)):  # scoring workers start with torch imported
+        if scoring.udf == "arrow":
+            scored = _map_in_arrow(df, cfg, scoring)
+        else:
+            udf = scoring_udf(cfg, _udf_ddl(scoring))
+            scored = df.select(*scoring.key_columns, udf(*scoring.feature_columns).alias(_PRED))
     predictions = [F.col(f"{_PRED}.{c}").alias(c) for c in scoring.output_columns[:-3]]
     rejected = (
         []

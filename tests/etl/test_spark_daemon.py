@@ -43,3 +43,28 @@ def test_workers_of_a_local_session_import_pyspark_from_the_package(spark):
     ((module, zips),) = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
     assert module == pyspark.__file__ and not module.endswith(".zip")
     assert zips == []
+
+
+def test_udfs_created_under_worker_preload_run_in_workers_that_imported_the_modules(spark):
+    from airflow_provider_dltrain.etl.spark import worker_preload
+
+    def probe(batches):
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict(
+                {"preloaded": ["tabnanny" in sys.modules], "daemon": [os.getppid()]}
+            )
+
+    df = spark.range(1)
+    with worker_preload(spark, ("tabnanny",)):
+        preloaded = df.mapInArrow(probe, "preloaded boolean, daemon long")
+    plain = df.mapInArrow(probe, "preloaded boolean, daemon long")
+    ((with_module, its_daemon),) = preloaded.collect()
+    ((without, other_daemon),) = plain.collect()
+    assert with_module and not without
+    assert its_daemon != other_daemon  # a daemon, and a pool of workers, of their own
+    assert "DLTRAIN_SPARK_WORKER_PRELOAD" not in spark.sparkContext.environment
