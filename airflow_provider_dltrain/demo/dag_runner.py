@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from datetime import date, timedelta
 from typing import Any
@@ -168,6 +169,15 @@ def ensure_db() -> None:
         db.upgradedb()
 
 
+def _start_spark() -> None:
+    from airflow_provider_dltrain.etl.spark import spark_session
+
+    try:
+        spark_session()
+    except Exception as err:  # the first task that needs Spark starts it again and reports why it fails
+        print(f"Spark did not start ahead of the runs: {err}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
     import os
 
@@ -177,6 +187,10 @@ def main(argv: list[str]) -> int:
         from airflow_provider_dltrain.training.forked import warm_up
 
         warm_up()  # the ranks' imports, while this process starts Airflow
+    if paths.engine() == "local" and not paths.engine_options():
+        # The example DAGs' ETL and scoring run in this process's Spark session: its JVM starts beside
+        # Airflow's start (one core is idle meanwhile); the first task waits on spark_session's lock.
+        threading.Thread(target=_start_spark, name="dltrain-spark-start", daemon=True).start()
     ensure_db()
     # Checked once just now: ``dag_test``'s CLI wrapper would check the migrations again on every run.
     os.environ["AIRFLOW__DATABASE__CHECK_MIGRATIONS"] = "False"

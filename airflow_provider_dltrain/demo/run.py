@@ -167,8 +167,16 @@ class _BatchReader:
         self.on_result = on_result
         self.outcomes: list[DagRunOutcome] = []
         self.current: list[str] = []
-        self.spark_start = 0.0
+        self.spark_starts: list[tuple[float, float]] = []  # (when it was ready, seconds it took)
         self.first_task_at: float | None = None
+
+    @property
+    def spark_start(self) -> float:
+        """Seconds the runs waited for Spark: all of a start a task made, what was left of one made ahead."""
+        begun = self.first_task_at
+        return sum(
+            took if begun is None else min(took, max(0.0, ready - begun)) for ready, took in self.spark_starts
+        )
 
     def feed(self, line: str) -> bool:
         """Take one line of output; False once the batch has ended."""
@@ -182,11 +190,13 @@ class _BatchReader:
             self._finish(json.loads(line[len(END) :]))
         else:
             self.current.append(line)
+            stamp = _STAMP.match(line)
             match = _SPARK.search(line)
             if match:
-                self.spark_start += float(match.group(1))
+                self.spark_starts.append(
+                    (_epoch(stamp.group(1)) if stamp else time.time(), float(match.group(1)))
+                )
             if self.first_task_at is None and "[DAG TEST] starting task" in line:
-                stamp = _STAMP.match(line)
                 self.first_task_at = _epoch(stamp.group(1)) if stamp else time.time()
         return True
 

@@ -64,7 +64,7 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with _LOCK:
-        active = SparkSession.getActiveSession()
+        active = _existing(SparkSession)
         if active is not None:
             return active
         started = time.monotonic()
@@ -113,6 +113,17 @@ def worker_preload(spark: Any, modules: tuple[str, ...]) -> Iterator[None]:
             environment.pop(PRELOAD_ENV, None)
         else:
             environment[PRELOAD_ENV] = before
+
+
+def _existing(session_class: Any) -> Any:
+    """This thread's active session, else the default one another thread started (``None``: none)."""
+    active = session_class.getActiveSession()  # the JVM keeps the active session per thread
+    if active is None and hasattr(session_class, "active"):  # PySpark >= 3.5
+        try:
+            active = session_class.active()
+        except Exception:  # NO_ACTIVE_OR_DEFAULT_SESSION
+            return None
+    return active
 
 
 def to_arrow_schema(spark_schema: Any) -> Any:
