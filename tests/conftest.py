@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dltrain.demo.spark_cds import jvm_options
+from airflow_provider_dltrain.utils.ports import free_port
 
 # The fake AWS fixtures users get from the package's pytest11 entry point (fake_aws, fake_aws_server),
 # loaded here by name too: the entry point has that name, so an installed entry point is not loaded twice.
@@ -49,12 +50,6 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # OpenLineage is installed: keep it off unless a test turns it on (tests/lineage) for its own runs
 os.environ.setdefault("AIRFLOW__OPENLINEAGE__DISABLED", "true")
 (_SESSION_HOME / "airflow").mkdir(parents=True, exist_ok=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:

@@ -15,6 +15,7 @@ standalone master) ignores it, silently. Long jobs on big data want the JVM's de
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,10 @@ spark.stop()
 """
 
 
+# the C1 JIT alone and the serial GC: what a JVM living seconds to minutes on small data wants
+SMALL_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def archive_path() -> Path:
     """Where ``make install`` writes this venv's archive."""
     return Path(sys.prefix) / "spark-cds.jsa"
@@ -46,7 +51,7 @@ def archive_path() -> Path:
 
 def jvm_options() -> str:
     """``JAVA_TOOL_OPTIONS`` for short-lived Spark JVMs on small data (see the module's text)."""
-    options = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    options = SMALL_JVM
     archive = archive_path()
     if archive.is_file():
         options += f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -60,13 +65,13 @@ def main(archive: str) -> int:
     partial.unlink(missing_ok=True)
     env = {
         **os.environ,
-        "JAVA_TOOL_OPTIONS": f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ArchiveClassesAtExit={partial}",
+        "JAVA_TOOL_OPTIONS": f"{SMALL_JVM} -XX:ArchiveClassesAtExit={partial}",
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     scratch = target.parent / "spark-cds-scratch"
     subprocess.run([sys.executable, "-c", WORKLOAD, str(scratch)], env=env, check=True, capture_output=True)
-    subprocess.run(["rm", "-rf", str(scratch)], check=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     if not partial.is_file() or partial.stat().st_size == 0:
         print(f"spark_cds: the JVM wrote no archive at {partial}", file=sys.stderr)
         return 1

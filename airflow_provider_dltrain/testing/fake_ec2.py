@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from moto.ec2.models.instances import Instance
 
 from airflow_provider_dltrain.engines.ec2_plan import parse_plan, replace_plan
 from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.utils.ports import free_port
 
 SHUTDOWN_STUB = """#!/bin/sh
 echo "$@" >> "$DLTRAIN_NODE_DIR/shutdown.log"
@@ -49,12 +49,6 @@ def user_data_text(instance: Any) -> str | None:
         return base64.b64decode(raw).decode()
     except ValueError:
         return raw.decode(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Ec2Nodes:

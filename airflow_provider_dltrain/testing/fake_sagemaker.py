@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 
 from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends, split_s3_uri
+from airflow_provider_dltrain.utils.ports import free_port
 
 log = logging.getLogger("fake_aws.sagemaker")
 STOPPABLE = {"InProgress", "Stopping"}
@@ -61,12 +61,6 @@ script = os.path.join(drivers, "distributed_drivers", "torchrun_driver.py")
 sys.argv = [script]
 runpy.run_path(script, run_name="__main__")
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def job_key(account: str, region: str, name: str) -> tuple[str, ...]:
@@ -153,7 +147,7 @@ class Container:
                 "DLTRAIN_FAILURE_FILE": str(self.failure_file),
                 # torchrun's rendezvous port (29500 by default, its PET_ variable): a real host runs
                 # one job, but here jobs of tests running side by side share this machine
-                "PET_MASTER_PORT": str(_free_port()),
+                "PET_MASTER_PORT": str(free_port()),
                 # the driver calls ``torchrun``: the one next to this interpreter
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             }

@@ -28,15 +28,14 @@ import logging
 import multiprocessing
 import os
 import pickle
-import socket
 import sys
-import threading
 import uuid
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.errors import failure
 from airflow_provider_dltrain.training.rank_job import RankJob
+from airflow_provider_dltrain.utils.ports import free_port
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 
@@ -57,35 +56,27 @@ PRELOAD = (
     "airflow_provider_dltrain.training.tracking",
     "airflow_provider_dltrain.training.loader",
 )
-_PRELOAD_LOCK = threading.Lock()
 _PR_SET_PDEATHSIG = 1
 
 
 class ForkedDDPBackend:
     """DDP over ``num_processes`` ranks forked on this machine from a warm fork server (gloo on CPU).
 
-    :param num_processes: number of ranks.
-    :param timeout_s: how long the launcher waits for the ranks in all (``None``: as long as they run;
-        each collective still times out after the job's ``timeout_s``).
+    :param num_processes: number of ranks (each collective times out after the job's ``timeout_s``).
     """
 
     name = "ddp"
 
-    def __init__(self, num_processes: int = 2, timeout_s: float | None = None) -> None:
+    def __init__(self, num_processes: int = 2) -> None:
         if int(num_processes) < 1:
             raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
-        if timeout_s is not None and float(timeout_s) <= 0:
-            raise InvalidSpecError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.num_processes = int(num_processes)
-        self.timeout_s = None if timeout_s is None else float(timeout_s)
 
     @property
     def world_size(self) -> int:
         return self.num_processes
 
     def run(self, job: RankJob) -> dict[str, Any]:
-        import time
-
         import torch.multiprocessing as tmp
         from torch.multiprocessing.spawn import ProcessException
 
@@ -98,7 +89,7 @@ class ForkedDDPBackend:
         args = (
             dumps(job, job.train_fn),
             self.num_processes,
-            _free_port(),
+            free_port(),
             dict(os.environ),
             os.getcwd(),
             [p for p in sys.path if p],
@@ -109,15 +100,10 @@ class ForkedDDPBackend:
         context = tmp.start_processes(
             _rank_main, args=args, nprocs=self.num_processes, join=False, start_method="forkserver"
         )
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         try:
             while not context.join(timeout=0.5):
                 for tail in tails:
                     tail.pump()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the {self.num_processes} ranks ran past timeout_s={self.timeout_s:g} s"
-                    )
         except ProcessException as err:
             # join() has stopped the other ranks already
             raise failure(job.run_dir, self.num_processes, str(err), job.storage_options) from err
@@ -151,15 +137,7 @@ def warm_up() -> None:
 
 def _preload_fork_server() -> None:
     """Name the modules the fork server imports; it takes them when it starts (first use in this process)."""
-    with _PRELOAD_LOCK:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(PRELOAD))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
 
 
 def _stop(processes: list[Any]) -> None:

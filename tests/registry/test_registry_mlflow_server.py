@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,14 +26,9 @@ from airflow_provider_dltrain.registry import (
     resolve_model,
 )
 from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.utils.ports import free_port
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
@@ -69,7 +63,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def server_url(tmp_path_factory, _migrated_mlflow_db):
     root = tmp_path_factory.mktemp("mlflow-server")
     shutil.copy(_migrated_mlflow_db, root / "mlflow.db")
-    port, log = _free_port(), root / "server.log"
+    port, log = free_port(), root / "server.log"
     # Job execution would start a pool of huey consumers: not needed, and heavy on 2 cores.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     cmd = [

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_dltrain.utils.ports import free_port
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spark_home() -> str:
@@ -138,7 +133,7 @@ def spark_cluster(
     work_dir.mkdir(parents=True, exist_ok=True)
     env = _environment(pythonpath)
     env["SPARK_LOCAL_DIRS"] = str(work_dir / "local")
-    port, web_port = _free_port(), _free_port()
+    port, web_port = free_port(), free_port()
     cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", work_dir)
     master = [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web_port)]
     processes = [_start(master, env, work_dir / "master.log")]
@@ -154,7 +149,7 @@ def spark_cluster(
                 "--host",
                 "127.0.0.1",
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
                 "--work-dir",
                 str(work_dir / f"worker-{i}"),
             ]

@@ -1,11 +1,15 @@
-"""The same training function as 2-process DDP under TorchDistributor (local mode, gloo on CPU)."""
+"""The same training function as 2-process DDP under TorchDistributor (local mode, gloo on CPU), and a failing
+rank under both local DDP launchers (``torch_distributor``, ``ddp``)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
+import os
 from pathlib import Path
 
+import psutil
 import pytest
 from training_fns import KEY
 
@@ -77,8 +81,29 @@ def test_two_rank_ddp_sees_each_row_once_keeps_ranks_identical_and_matches_one_p
     assert client.get_run(ddp.run_id).data.tags["dltrain.world_size"] == "2"
 
 
+def _rank_processes() -> list[psutil.Process]:
+    """Ranks still running under this process: torchrun's, or those of a fork server (``ddp``)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = " ".join(child.cmdline())
+            if (
+                "torch.distributed.run" in command
+                or "torchrun" in command
+                or "multiprocessing.forkserver" in command
+            ):
+                found.append(child)
+    servers = {
+        p.pid
+        for p in found
+        if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.ppid() == os.getpid()
+    }
+    return [p for p in found if p.pid not in servers]  # a fork server waits for the next training
+
+
+@pytest.mark.parametrize("backend", ["torch_distributor", "ddp"])
 def test_a_failing_rank_surfaces_as_one_user_error_naming_that_rank_with_its_traceback(
-    spark, digits_ref, tracking
+    spark, digits_ref, tracking, backend
 ):
     with pytest.raises(TrainingUserError) as caught:
         run_training(
@@ -86,7 +111,8 @@ def test_a_failing_rank_surfaces_as_one_user_error_naming_that_rank_with_its_tra
             digits_ref,
             {"fail_rank": 1, "user_error": True},
             tracking=tracking,
-            **DDP,
+            backend=backend,
+            backend_options={"num_processes": 2},
         )
     message = str(caught.value)
     assert isinstance(caught.value, DltrainUserError)  # the operator fails the task without retries
@@ -96,3 +122,4 @@ def test_a_failing_rank_surfaces_as_one_user_error_naming_that_rank_with_its_tra
     experiment = tracking.client().get_experiment_by_name("dltrain")
     (run,) = tracking.client().search_runs([experiment.experiment_id])
     assert run.info.status == "FAILED"
+    assert not _rank_processes()  # rank 0, waiting in a collective, was stopped too

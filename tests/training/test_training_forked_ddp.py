@@ -1,4 +1,6 @@
-"""``backend="ddp"``: DDP ranks forked from a warm fork server, seen by the training function as torchrun ranks."""
+"""``backend="ddp"``: DDP ranks forked from a warm fork server, seen by the training function as torchrun ranks.
+
+A failing rank is tested beside TorchDistributor's in test_training_ddp.py."""
 
 from __future__ import annotations
 
@@ -15,8 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_provider_dltrain.exceptions import DltrainUserError
-from airflow_provider_dltrain.training import TrainingUserError, run_training
+from airflow_provider_dltrain.training import run_training
 from airflow_provider_dltrain.training.forked import warm_up
 
 pytestmark = pytest.mark.slow
@@ -73,22 +74,6 @@ def test_ranks_see_the_callers_environment_directory_and_one_thread(
     assert result.metrics["probed"] == 1.0
     assert "[rank 1] probe rank 1 done" in caplog.text  # the ranks' output reaches the task log
     assert not _ranks_of(psutil.Process())
-
-
-def test_a_failing_rank_surfaces_as_one_user_error_naming_that_rank(digits_ref, tracking):
-    with pytest.raises(TrainingUserError) as caught:
-        run_training(
-            "training_fns:failing_train",
-            digits_ref,
-            {"fail_rank": 1, "user_error": True},
-            tracking=tracking,
-            **DDP,
-        )
-    message = str(caught.value)
-    assert isinstance(caught.value, DltrainUserError)
-    assert message.startswith("training failed on rank 1 of 2")
-    assert "SchemaMismatchError: column 'features' has 63 values in row 7" in message
-    assert not _ranks_of(psutil.Process())  # rank 0, waiting in a collective, was stopped too
 
 
 LAUNCHER = """
