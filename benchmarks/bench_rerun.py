@@ -58,8 +58,9 @@ def _timed(runner: Any, runs: list[tuple[str, str, Any]]) -> tuple[float, list[A
 
 
 # Airflow's own floor: DAGs of the demo DAGs' shape, schedule and trigger rules whose tasks do nothing,
-# with the outcome of an unchanged re-run: ``train`` skipped, ``register`` skipped after it (its trigger
-# rule is all_success), ``score`` and ``lineage`` run (none_failed). Run the same way as the demo DAGs.
+# with the outcome of an unchanged re-run: ``train`` skipped, ``register`` (none_failed) skipping itself as
+# RegisterModelOperator does without a train_result, ``score`` (none_failed) and ``lineage`` run. Run the
+# same way as the demo DAGs.
 FLOOR_DAGS = """
 from datetime import datetime
 
@@ -87,7 +88,8 @@ with _dag("floor_ingest") as floor_ingest:
     Nothing(task_id="ingest_images")
 
 with _dag("floor_retrain") as floor_retrain:
-    chain(Nothing(task_id="wait_for_partition"), Unchanged(task_id="train"), Nothing(task_id="register"),
+    chain(Nothing(task_id="wait_for_partition"), Unchanged(task_id="train"),
+          Unchanged(task_id="register", trigger_rule="none_failed"),
           Nothing(task_id="score", trigger_rule="none_failed"), Nothing(task_id="lineage"))
 """
 

@@ -48,7 +48,10 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
     after the decision; ``basis`` is ``"rescored"`` or ``"recorded"``.
 
     :param train_result: TrainResult dict ``{run_id, model_uri, metrics, dataset, params}``, usually
-        the training task's XComArg (templated).
+        the training task's XComArg (templated). ``None`` (what the XComArg of a training task that
+        skipped resolves to) skips this task: nothing was trained, so nothing is registered. With
+        ``trigger_rule="none_failed"`` the task then skips itself at once, instead of waiting for
+        Airflow to propagate the skip (one scheduler pass), and the tasks after it start sooner.
     :param model_name: registered model name (templated).
     :param metric: metric the gate compares, a key of ``train_result["metrics"]`` and, when
         re-scoring, of what ``evaluate_fn`` returns (templated).
@@ -126,6 +129,12 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.registry import GateSpec, register_and_promote
 
+        if self.train_result is None:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(
+                "nothing to register: train_result is None (the training task skipped)"
+            )
         with fail_fast_on_user_error():
             check_dates({"data_cutoff": self.data_cutoff}, rendered=True)
             result = _train_result(self.train_result)

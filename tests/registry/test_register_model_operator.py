@@ -75,6 +75,14 @@ def test_a_metric_missing_from_the_train_result_fails_without_retry_and_names_it
     assert tracking.client().search_model_versions("name = 'digits'") == []
 
 
+def test_a_skipped_training_task_skips_registration_and_registers_nothing(tracking):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match="training task skipped"):
+        run(operator(None), "2026-11-01")  # what the XComArg of a skipped task resolves to
+    assert tracking.client().search_registered_models() == []
+
+
 @pytest.mark.parametrize(
     ("train_result", "kwargs", "message"),
     [
