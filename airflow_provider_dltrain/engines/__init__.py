@@ -44,14 +44,15 @@ def _factories() -> dict[str, Callable[..., Engine]]:
 def _training_factories() -> dict[str, Callable[..., Engine]]:
     """Engines that run training jobs (a ``TrainJobSpec``): ``TrainModelOperator(backend=name)``."""
     from airflow_provider_dltrain.engines.ec2 import Ec2Engine
+    from airflow_provider_dltrain.engines.ray_jobs import RayEngine
     from airflow_provider_dltrain.engines.sagemaker import SageMakerEngine
 
-    return {SageMakerEngine.name: SageMakerEngine, Ec2Engine.name: Ec2Engine}
+    return {SageMakerEngine.name: SageMakerEngine, Ec2Engine.name: Ec2Engine, RayEngine.name: RayEngine}
 
 
 ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit")
-# ``TrainModelOperator(backend=...)`` names that run the training function as a cloud job.
-TRAINING_ENGINE_NAMES = ("sagemaker", "ec2")
+# ``TrainModelOperator(backend=...)`` names that run the training function as a job elsewhere.
+TRAINING_ENGINE_NAMES = ("sagemaker", "ec2", "ray")
 
 
 def check_engine_name(name: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -62,8 +63,12 @@ def main(argv: Sequence[str] | None = None, *, code_paths: Sequence[str] = ()) -
     raw = read_uri(args.spec)
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec, is_train_spec
 
-    if is_train_spec(raw):  # one rank of a training job (SageMaker, EC2): no Spark
-        from airflow_provider_dltrain.engines import train_entry
+    if is_train_spec(raw):
+        if os.environ.get("DLTRAIN_ENGINE") == "ray":  # the driver of a Ray job: it starts the ranks
+            from airflow_provider_dltrain.engines import ray_driver
+
+            return ray_driver.run(TrainJobSpec.from_json(raw))
+        from airflow_provider_dltrain.engines import train_entry  # one rank (SageMaker, EC2): no Spark
 
         return train_entry.run(TrainJobSpec.from_json(raw))
     spec = RunSpec.from_json(raw)

@@ -33,7 +33,7 @@ StorageFor = Callable[[str], "Mapping[str, str] | None"]
 
 
 def is_remote_backend(backend: Any) -> bool:
-    """True for the backends that train as a cloud job (``"sagemaker"``, ``"ec2"``)."""
+    """True for the backends that train as a job elsewhere (``"sagemaker"``, ``"ec2"``, ``"ray"``)."""
     from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES
 
     return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES
@@ -219,15 +219,17 @@ class RemoteLauncher:
 
 def boto3_clients(region: str | None = None) -> Callable[[str], Any]:
     """``service -> boto3 client`` from boto3's own chain (environment, profile, instance role;
-    ``AWS_ENDPOINT_URL`` included), one client per service."""
-    import boto3
-
-    session = boto3.session.Session(region_name=region)
+    ``AWS_ENDPOINT_URL`` included), one client per service, made when first asked for (a Ray job
+    staged on a shared directory needs none, nor boto3)."""
     made: dict[str, Any] = {}
 
     def client(service: str) -> Any:
         if service not in made:
-            made[service] = session.client(service)
+            import boto3
+
+            if "session" not in made:
+                made["session"] = boto3.session.Session(region_name=region)
+            made[service] = made["session"].client(service)
         return made[service]
 
     return client

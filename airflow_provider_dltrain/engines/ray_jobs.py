@@ -1,0 +1,254 @@
+"""Ray training: one Ray job per try, submitted through Ray's Jobs API to an existing cluster.
+
+The job's entry point is ``job_script.py --spec <uri>`` (the script every engine runs), started by
+the cluster's job supervisor on the head node; with ``DLTRAIN_ENGINE=ray`` in its environment it
+hands the :class:`~airflow_provider_dltrain.engines.train_spec.TrainJobSpec` to
+``engines.ray_driver``, which runs the same oblivious ``train(ctx)`` on ``num_workers`` Ray Train
+workers under ``TorchTrainer`` (its process group, one rank per worker). The code travels as the
+job's ``working_dir`` (the provider and the training function's package, the code bundle every
+engine ships): Ray uploads it once per content to the cluster and puts it first on every worker's
+path, so the cluster runs the launcher's code. Python, Ray, torch, deltalake and MLflow come from the
+cluster's environment and must match the launcher's Python and Ray versions (Ray's own rule).
+
+Submission ids are ``RunIdentity.job_name`` (``dltrain-<task>-<task key>-t<try>``): a retry looks
+for a running job of the same task (``find``) and re-attaches; submitting an id twice attaches too.
+The job's metadata carries the task's identity tags and where its result is written.
+
+What Ray already does is used as it is: the Jobs API (submit, status, stop, logs), the upload of the
+working directory, Ray Train's worker group and process group. Nothing here starts or stops a cluster.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
+from airflow_provider_dltrain.engines.staging import Stager, job_script
+from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
+from airflow_provider_dltrain.exceptions import InvalidSpecError, require
+
+log = logging.getLogger(__name__)
+
+STATES = {
+    "PENDING": PENDING,
+    "RUNNING": RUNNING,
+    "SUCCEEDED": SUCCEEDED,
+    "FAILED": FAILED,
+    "STOPPED": CANCELLED,
+}
+ENGINE_ENV = "DLTRAIN_ENGINE"
+OPTIONS_ENV = "DLTRAIN_RAY_TRAIN"  # JSON: the driver's ScalingConfig / RunConfig settings
+RESULT_KEY = "dltrain.result_uri"  # job metadata: where the job writes its result (find reads it)
+PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class RayEngine(TrainingEngine):
+    """Run ``train(ctx)`` as a Ray job on ``num_workers`` Ray Train workers of an existing cluster.
+
+    :param clients: ``service name -> boto3 client``; only ``s3`` is used, when ``staging_uri`` is on S3.
+    :param address: the cluster's dashboard (Jobs API) address, e.g. ``"http://head:8265"``.
+    :param staging_uri: where the spec, results and rank reports go: an ``s3://`` prefix the cluster
+        can read and write, or a directory the launcher and every node mount.
+    :param num_workers: Ray Train workers, one rank each (the world size).
+    :param use_gpu: one GPU per worker (NCCL); otherwise Gloo on CPU.
+    :param resources_per_worker: Ray resources of each worker (default ``{"CPU": 1}``).
+    :param placement_strategy: ``PACK`` (default), ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
+    :param storage_path: Ray Train's run storage (default: Ray's, ``~/ray_results`` on the head).
+    :param runtime_env: more of the job's runtime environment (``pip``, ``env_vars``...); ``working_dir``
+        is the code bundle and cannot be set.
+    :param dashboard_url: the dashboard's address for people (the task's link), default ``address``.
+    :param tracking_secret: a Secrets Manager secret with the MLflow credentials (the job reads it);
+        without one, the ``mlflow`` connection's credentials go into the job's environment, which
+        anyone who can see the job in the dashboard can read.
+    :param environment: more (non-secret) environment variables for the job.
+    :param headers: HTTP headers for the Jobs API (an authenticating proxy in front of the dashboard).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        address: str,
+        staging_uri: str,
+        num_workers: int = 2,
+        use_gpu: bool = False,
+        resources_per_worker: Mapping[str, float] | None = None,
+        placement_strategy: str = "PACK",
+        storage_path: str | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        dashboard_url: str | None = None,
+        tracking_secret: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        checkpoint_uri: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        if not str(address or "").startswith(("http://", "https://")):
+            raise InvalidSpecError(
+                f"backend option address must be the Ray dashboard's URL (the Jobs API), e.g. "
+                f"'http://ray-head:8265', got {address!r}"
+            )
+        if int(num_workers) < 1:
+            raise InvalidSpecError(f"backend option num_workers must be >= 1, got {num_workers!r}")
+        if placement_strategy not in PLACEMENT:
+            raise InvalidSpecError(
+                f"placement_strategy must be one of {PLACEMENT}, got {placement_strategy!r}"
+            )
+        extra = dict(runtime_env or {})
+        if "working_dir" in extra or "py_modules" in extra:
+            raise InvalidSpecError(
+                "runtime_env may not set working_dir or py_modules: the job's code is the staged bundle "
+                "(the training function's package ships with it)"
+            )
+        staging = str(staging_uri or "")
+        self.stager = Stager(staging, clients("s3") if staging.startswith(("s3://", "s3a://")) else None)
+        self.address = str(address).rstrip("/")
+        self.num_workers = int(num_workers)
+        self.use_gpu = bool(use_gpu)
+        self.resources_per_worker = {str(k): float(v) for k, v in dict(resources_per_worker or {}).items()}
+        self.placement_strategy = placement_strategy
+        self.storage_path = storage_path
+        self.runtime_env = extra
+        self.dashboard_url = (dashboard_url or self.address).rstrip("/")
+        self.tracking_secret = tracking_secret
+        self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
+        self.headers = dict(headers or {})
+        self.checkpoint_uri_option = checkpoint_uri
+        self._credentials: dict[str, str] = {}
+        self._client: Any = None
+
+    @property
+    def world_size(self) -> int:
+        return self.num_workers
+
+    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
+        """MLflow credentials for the job's environment (used only when no ``tracking_secret``)."""
+        self._credentials = dict(credentials)
+
+    @property
+    def client(self) -> Any:
+        """The Jobs API client, made on first use (making one asks the cluster for its version)."""
+        if self._client is None:
+            require("ray.job_submission", "ray")
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                self._client = JobSubmissionClient(self.address, headers=self.headers or None)
+            except (ConnectionError, RuntimeError) as err:
+                raise JobFailedError(
+                    f"cannot reach the Ray cluster's Jobs API at {self.address}: {err}"
+                ) from err
+        return self._client
+
+    # -- request -----------------------------------------------------------------------------------
+    def driver_options(self) -> dict[str, Any]:
+        """What ``engines.ray_driver`` builds ``TorchTrainer`` from (the job's ``DLTRAIN_RAY_TRAIN``)."""
+        return {
+            "use_gpu": self.use_gpu,
+            "resources_per_worker": self.resources_per_worker or None,
+            "placement_strategy": self.placement_strategy,
+            "storage_path": self.storage_path,
+        }
+
+    def request(self, staged: StagedRun, working_dir: str) -> dict[str, Any]:
+        """The ``submit_job`` arguments for ``staged`` (exactly what is sent)."""
+        identity = staged.spec.identity
+        env_vars = {
+            **dict(self.runtime_env.get("env_vars") or {}),
+            **self.environment,
+            **job_tracking_env(self._credentials, self.tracking_secret),
+            ENGINE_ENV: self.name,
+            OPTIONS_ENV: json.dumps(self.driver_options(), sort_keys=True),
+        }
+        return {
+            "entrypoint": f"python job_script.py --spec {staged.spec_uri}",
+            "submission_id": identity.job_name,
+            "runtime_env": {**self.runtime_env, "working_dir": working_dir, "env_vars": env_vars},
+            "metadata": {**identity.tags(), RESULT_KEY: staged.result_uri},
+            "entrypoint_num_cpus": 0,  # the driver only waits on the workers
+        }
+
+    def _working_dir(self, staged: StagedRun) -> str:
+        """A directory holding the job script and the unpacked code bundle (the job's ``working_dir``)."""
+        bundle = self.stager.get(staged.code_uri)
+        if bundle is None:
+            raise JobFailedError(f"the code bundle {staged.code_uri} is gone")
+        directory = tempfile.mkdtemp(prefix="dltrain-ray-")
+        with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
+            zf.extractall(directory)
+        with open(os.path.join(directory, "job_script.py"), "wb") as handle:
+            handle.write(job_script())
+        return directory
+
+    # -- engine protocol ---------------------------------------------------------------------------
+    def submit(self, staged: StagedRun) -> JobHandle:
+        directory = self._working_dir(staged)
+        request = self.request(staged, directory)
+        sid = request["submission_id"]
+        try:
+            self.client.submit_job(**request)  # uploads the working directory (once per content)
+        except RuntimeError as err:
+            if "already exists" not in str(err):
+                raise JobFailedError(f"Ray did not accept job {sid}: {err}") from err
+            log.info(
+                "Ray job %s exists already: attaching to it", sid
+            )  # this try submitted it (a retried call)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return self._handle(sid, staged.result_uri)
+
+    def _handle(self, sid: str, result_uri: str) -> JobHandle:
+        return JobHandle(self.name, {"job_name": sid}, result_uri, f"{self.dashboard_url}/#/jobs/{sid}")
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
+        running = sorted(
+            (job.start_time or 0, job.submission_id, (job.metadata or {}).get(RESULT_KEY, ""))
+            for job in self.client.list_jobs()
+            if (job.submission_id or "").startswith(prefix) and str(job.status) in ("PENDING", "RUNNING")
+        )
+        if not running:
+            return None
+        _, sid, result_uri = running[-1]
+        return self._handle(sid, result_uri)
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        info = self.client.get_job_info(handle.ids["job_name"])
+        raw = str(getattr(info.status, "value", info.status))
+        message = str(info.message or "")
+        if len(message) > 2000:
+            message = "..." + message[-2000:]
+        return JobStatus(STATES.get(raw, PENDING), raw, message)
+
+    def cancel(self, handle: JobHandle) -> None:
+        sid = handle.ids["job_name"]
+        if not self.poll(handle).terminal:
+            self.client.stop_job(sid)  # the driver is signalled; its Train workers end with it
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing to remove: the cluster is not the run's, and a finished job holds no workers."""
+
+    def log_location(self, handle: JobHandle) -> str:
+        sid = handle.ids["job_name"]
+        return f"{self.dashboard_url}/#/jobs/{sid} (or: ray job logs {sid} --address {self.address})"
