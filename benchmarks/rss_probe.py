@@ -4,6 +4,12 @@
 ScanPlans (a small warm-up table, then the measured one; resolving reads the files, so it is done
 by the caller). Warms the code paths on the small one, resets the peak (``VmHWM``), reads one
 epoch of the big one and prints ``<rows> <baseline RSS bytes> <peak growth bytes>``.
+
+``MODE=ray``: the same pass with Ray Data (``read_parquet`` of the plan's files, ``iter_torch_batches``
+with a local shuffle buffer of ``BUFFER_MB``), on a local Ray started here. Ray reads in worker
+processes and keeps blocks in its object store, so the RSS is the sum over this process and all its
+descendants (the Ray daemons and workers), sampled every 20 ms; pages shared between them (the
+object store's) count once per process that maps them.
 """
 
 from __future__ import annotations
@@ -37,5 +43,60 @@ def main(plans_path: str, mode: str, buffer_mb: float, column: str) -> None:
     print(rows, before, _status("VmHWM:") - before)
 
 
+def main_ray(plans_path: str, buffer_mb: float, column: str) -> None:
+    import threading
+
+    import psutil
+    import ray
+    import ray.data
+
+    from airflow_provider_dltrain.lake.storage import join
+
+    with open(plans_path, "rb") as handle:
+        warm, big = ([join(p.ref.uri, f.path) for f in p.files] for p in pickle.load(handle))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    me = psutil.Process()
+
+    def tree_rss() -> int:
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def one_pass(paths: list[str], row_bytes: int) -> int:
+        dataset = ray.data.read_parquet(paths).select_columns([column])
+        buffer_rows = max(256, int(buffer_mb * 2**20 // max(1, row_bytes)))
+        batches = dataset.iter_torch_batches(
+            batch_size=256, local_shuffle_buffer_size=buffer_rows, local_shuffle_seed=1
+        )
+        return sum(len(batch[column]) for batch in batches)
+
+    row_bytes = 256 * 4  # the probe's tables: 256 float32 per row
+    one_pass(warm, row_bytes)
+    baseline = tree_rss()
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], tree_rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rows = one_pass(big, row_bytes)
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], tree_rss())
+    ray.shutdown()
+    print(rows, baseline, peak[0] - baseline)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4])
+    if sys.argv[2] == "ray":
+        main_ray(sys.argv[1], float(sys.argv[3]), sys.argv[4])
+    else:
+        main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4])
