@@ -111,6 +111,7 @@ def _ray_started() -> bool:
         import ray.data
     except ImportError:
         return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local Ray: no token written to ~/.ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     ray.data.DataContext.get_current().enable_progress_bars = False
     return True

@@ -54,6 +54,9 @@ def main_ray(plans_path: str, buffer_mb: float, column: str) -> None:
 
     with open(plans_path, "rb") as handle:
         warm, big = ([join(p.ref.uri, f.path) for f in p.files] for p in pickle.load(handle))
+    import os
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local Ray: no token written to ~/.ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     ray.data.DataContext.get_current().enable_progress_bars = False
     me = psutil.Process()

@@ -64,8 +64,9 @@ def run(spec: TrainJobSpec) -> int:
         run_config=RunConfig(
             name=spec.identity.job_name,
             storage_path=options.get("storage_path") or None,
-            # a retry is Airflow's (a new try, a new job): Ray restarting the group would train twice
-            failure_config=FailureConfig(max_failures=0),
+            # A retry is Airflow's (a new try, a new job): Ray restarting the group, after a failure, a
+            # preempted node or a controller error, would train again inside the same MLflow run.
+            failure_config=FailureConfig(**_no_restarts(FailureConfig)),  # type: ignore[arg-type]
         ),
     )
     try:
@@ -79,3 +80,13 @@ def run(spec: TrainJobSpec) -> int:
         return 1
     log.info("Ray job %s: every worker finished", spec.identity.job_name)
     return 0
+
+
+def _no_restarts(config: Any) -> dict[str, int]:
+    """``FailureConfig`` arguments that turn every restart off: Ray Train V2 also restarts after a
+    preempted node and a controller error (limits of their own); V1 knows only ``max_failures``."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    limits = ("max_failures", "max_preemption_failures", "controller_failure_limit")
+    return {k: 0 for k in limits if k in known} or {"max_failures": 0}

@@ -20,12 +20,15 @@ working directory, Ray Train's worker group and process group. Nothing here star
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
+import shlex
 import shutil
 import tempfile
+import time
 import zipfile
 from collections.abc import Mapping
 from typing import Any
@@ -80,7 +83,8 @@ class RayEngine(TrainingEngine):
         without one, the ``mlflow`` connection's credentials go into the job's environment, which
         anyone who can see the job in the dashboard can read.
     :param environment: more (non-secret) environment variables for the job.
-    :param headers: HTTP headers for the Jobs API (an authenticating proxy in front of the dashboard).
+
+    Checkpoints go to the try's run directory under ``staging_uri`` (``ctx.save_checkpoint``).
     """
 
     name = "ray"
@@ -100,8 +104,6 @@ class RayEngine(TrainingEngine):
         dashboard_url: str | None = None,
         tracking_secret: str | None = None,
         environment: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-        checkpoint_uri: str | None = None,
         region: str | None = None,
     ) -> None:
         if not str(address or "").startswith(("http://", "https://")):
@@ -133,8 +135,6 @@ class RayEngine(TrainingEngine):
         self.dashboard_url = (dashboard_url or self.address).rstrip("/")
         self.tracking_secret = tracking_secret
         self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
-        self.headers = dict(headers or {})
-        self.checkpoint_uri_option = checkpoint_uri
         self._credentials: dict[str, str] = {}
         self._client: Any = None
 
@@ -154,12 +154,32 @@ class RayEngine(TrainingEngine):
             from ray.job_submission import JobSubmissionClient
 
             try:
-                self._client = JobSubmissionClient(self.address, headers=self.headers or None)
+                self._client = JobSubmissionClient(self.address)
             except (ConnectionError, RuntimeError) as err:
-                raise JobFailedError(
-                    f"cannot reach the Ray cluster's Jobs API at {self.address}: {err}"
-                ) from err
+                raise JobFailedError(f"cannot use the Ray Jobs API at {self.address}: {err}") from err
         return self._client
+
+    def _call(self, what: str, call: Any, *args: Any) -> Any:
+        """A Jobs API call, tried again on a dropped connection (Ray's client retries nothing).
+
+        Three tries over about 10 s; then :class:`JobFailedError`, which Airflow retries as a new try
+        that re-attaches to the job (``find``). Errors the cluster answers with are raised at once.
+        """
+        import requests
+
+        for attempt in range(3):
+            try:
+                return call(*args)
+            except (requests.ConnectionError, requests.Timeout) as err:
+                if attempt == 2:
+                    raise JobFailedError(
+                        f"the Ray Jobs API at {self.address} did not answer {what}: {err}"
+                    ) from err
+                log.warning(
+                    "the Ray Jobs API at %s did not answer %s (%s): trying again", self.address, what, err
+                )
+                time.sleep(2.0 + 3.0 * attempt)
+        raise AssertionError("unreachable")
 
     # -- request -----------------------------------------------------------------------------------
     def driver_options(self) -> dict[str, Any]:
@@ -182,7 +202,7 @@ class RayEngine(TrainingEngine):
             OPTIONS_ENV: json.dumps(self.driver_options(), sort_keys=True),
         }
         return {
-            "entrypoint": f"python job_script.py --spec {staged.spec_uri}",
+            "entrypoint": f"python job_script.py --spec {shlex.quote(staged.spec_uri)}",  # run by a shell
             "submission_id": identity.job_name,
             "runtime_env": {**self.runtime_env, "working_dir": working_dir, "env_vars": env_vars},
             "metadata": {**identity.tags(), RESULT_KEY: staged.result_uri},
@@ -207,16 +227,30 @@ class RayEngine(TrainingEngine):
         request = self.request(staged, directory)
         sid = request["submission_id"]
         try:
-            self.client.submit_job(**request)  # uploads the working directory (once per content)
+            # Ray's client logs the whole request (the job's env_vars) at DEBUG: never in the task log
+            with _quiet("ray.dashboard.modules.dashboard_sdk"):
+                self._call("a submission", lambda: self.client.submit_job(**request))  # uploads the code once
         except RuntimeError as err:
-            if "already exists" not in str(err):
-                raise JobFailedError(f"Ray did not accept job {sid}: {err}") from err
-            log.info(
-                "Ray job %s exists already: attaching to it", sid
-            )  # this try submitted it (a retried call)
+            self._attach_existing(sid, staged, err)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         return self._handle(sid, staged.result_uri)
+
+    def _attach_existing(self, sid: str, staged: StagedRun, err: RuntimeError) -> None:
+        """A refused submission: attach only to this task's job of the same id, still running."""
+        try:
+            info = self.client.get_job_info(sid)
+        except RuntimeError:
+            raise JobFailedError(f"Ray did not accept job {sid}: {err}") from err
+        raw = str(getattr(info.status, "value", info.status))
+        ours = (info.metadata or {}).get("dltrain:task_key") == staged.spec.identity.task_key
+        if not ours or STATES.get(raw, PENDING) not in (PENDING, RUNNING):
+            raise JobFailedError(
+                f"a Ray job named {sid} exists already ({raw}"
+                f"{'' if ours else ', submitted by another task'}): this try cannot run under its name; "
+                "clear the task again (a new try gets a new name)"
+            ) from err
+        log.info("Ray job %s exists already and is %s: attaching to it", sid, raw)
 
     def _handle(self, sid: str, result_uri: str) -> JobHandle:
         return JobHandle(self.name, {"job_name": sid}, result_uri, f"{self.dashboard_url}/#/jobs/{sid}")
@@ -225,7 +259,7 @@ class RayEngine(TrainingEngine):
         prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
         running = sorted(
             (job.start_time or 0, job.submission_id, (job.metadata or {}).get(RESULT_KEY, ""))
-            for job in self.client.list_jobs()
+            for job in self._call("a listing", self.client.list_jobs)
             if (job.submission_id or "").startswith(prefix) and str(job.status) in ("PENDING", "RUNNING")
         )
         if not running:
@@ -234,7 +268,7 @@ class RayEngine(TrainingEngine):
         return self._handle(sid, result_uri)
 
     def poll(self, handle: JobHandle) -> JobStatus:
-        info = self.client.get_job_info(handle.ids["job_name"])
+        info = self._call("a status request", self.client.get_job_info, handle.ids["job_name"])
         raw = str(getattr(info.status, "value", info.status))
         message = str(info.message or "")
         if len(message) > 2000:
@@ -242,9 +276,16 @@ class RayEngine(TrainingEngine):
         return JobStatus(STATES.get(raw, PENDING), raw, message)
 
     def cancel(self, handle: JobHandle) -> None:
+        """Stop the job (the driver is signalled; its Train workers end with it); a finished or
+        unknown job is left as it is."""
         sid = handle.ids["job_name"]
-        if not self.poll(handle).terminal:
-            self.client.stop_job(sid)  # the driver is signalled; its Train workers end with it
+        try:
+            if not self.poll(handle).terminal:
+                self._call("a stop request", self.client.stop_job, sid)
+        except RuntimeError as err:  # the Jobs API answers 404 for a job it does not know
+            if "does not exist" not in str(err) and "not found" not in str(err).lower():
+                raise
+            log.info("Ray job %s is not known to the cluster: nothing to stop", sid)
 
     def teardown(self, handle: JobHandle) -> None:
         """Nothing to remove: the cluster is not the run's, and a finished job holds no workers."""
@@ -252,3 +293,15 @@ class RayEngine(TrainingEngine):
     def log_location(self, handle: JobHandle) -> str:
         sid = handle.ids["job_name"]
         return f"{self.dashboard_url}/#/jobs/{sid} (or: ray job logs {sid} --address {self.address})"
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Any:
+    """``name``'s logger at INFO or above while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(max(level, logging.INFO))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -54,6 +54,7 @@ def lake(tmp_path_factory):
 
 @pytest.fixture
 def ray_env(cluster, lake, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the test cluster's mode, for the Jobs API clients
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_RAY", json.dumps({"conn_type": "mlflow", "host": f"sqlite:///{db}"})
@@ -132,6 +133,12 @@ def _context(task_id, try_number=1, run_id=None):
     return {"ti": ti, "dag_run": mock.MagicMock(dag_id="ray_dag"), "run_id": ti.run_id, "logical_date": None}
 
 
+def _handle_of(sid):
+    from airflow_provider_dltrain.engines import JobHandle
+
+    return JobHandle("ray", {"job_name": sid}, "")
+
+
 def _run(env, run_id):
     from mlflow import MlflowClient
 
@@ -151,7 +158,8 @@ def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(ray_env)
     context = _context(op.task_id)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context)
-    trigger = deferred.value.trigger
+    kwargs = deferred.value.trigger.serialize()[1]
+    trigger = type(deferred.value.trigger)(**kwargs)  # a triggerer rebuilds the trigger from its kwargs
 
     async def first_event():
         return await anext(trigger.run())
@@ -266,11 +274,25 @@ def test_killing_the_task_stops_the_job_and_its_workers_and_ends_the_mlflow_run_
     sid = _wait_running(ray_env, "dltrain-train-killed-")
     deadline = time.monotonic() + 90
     while not _train_processes(ray_env["cluster"], wait_s=0) and time.monotonic() < deadline:
-        time.sleep(0.5)  # the workers are up and sleeping in train(ctx)
+        time.sleep(0.5)
+    assert _train_processes(ray_env["cluster"], wait_s=0), "the workers never started"
     op.on_kill()
     thread.join(timeout=60)
     (job,) = _jobs(ray_env, sid)
     assert str(job.status) == "STOPPED"
+    # the same try submitting under its name again (a cleared task keeping its try): refused, not attached
+    from airflow_provider_dltrain.engines import JobFailedError, get_engine
+    from airflow_provider_dltrain.engines.base import StagedRun
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+
+    engine = get_engine("ray", lambda service: None, ray_env["options"])
+    spec_path = next((ray_env["tmp"] / "staging" / "runs").glob("*/1/spec.json"))
+    staged_spec = TrainJobSpec.from_json(spec_path.read_text())
+    code = staged_spec.code_uris[0]
+    staged = StagedRun(staged_spec, str(spec_path), code, code, staged_spec.result_uri)
+    with pytest.raises(JobFailedError, match=f"a Ray job named {sid} exists already \\(STOPPED\\)"):
+        engine.submit(staged)
+    engine.cancel(engine.find(staged_spec.identity) or _handle_of(sid))  # a finished job: nothing to stop
     assert errors and "was stopped" in str(errors[0]), errors
     spec = json.loads(next((ray_env["tmp"] / "staging" / "runs").glob("*/1/spec.json")).read_text())
     assert _run(ray_env, spec["mlflow_run_id"]).info.status == "FAILED"

@@ -77,6 +77,9 @@ def ray_cluster(nodes: int = 2) -> Iterator[RayCluster]:
     env = {
         **os.environ,
         "RAY_USAGE_STATS_ENABLED": "0",
+        # a loopback cluster of the test: no token authentication, whatever ~/.ray/auth_token holds
+        # (a local ray.init() writes one there and later clusters would use it)
+        "RAY_AUTH_MODE": "disabled",
         "RAY_DEDUP_LOGS": "0",
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
     }
