@@ -3,8 +3,10 @@
 * **shuffled limit** (goal >= 0.9): the same selection read with pyarrow's threads in one call,
   converted once into tensors, plus one seeded permutation gathered in blocks - the least any
   shuffled loader costs. The loader (memory mode, cold cache, shuffled, content-ordered, one rank
-  of one) does all of that and its content order. The unshuffled **limit** (batches as zero-copy
-  slices, no shuffle) is printed beside it: no shuffled loader can reach it.
+  of one) does all of that and its content order. Printed beside it: the unshuffled **limit**
+  (batches as zero-copy slices, no shuffle), which no shuffled loader can reach, and the shuffled
+  limit over rows in content order (the order computed as the loader does), which is what the loader
+  does less its own code.
 * **peer** (goal >= 1.0): a torch ``DataLoader`` over an ``IterableDataset`` that yields the pyarrow
   dataset's record batches as tensors (``batch_size=None``, in-process, no shuffle).
 * **Ray Data** (goal >= 1.0, when ``ray`` is importable): ``read_parquet`` of the same files and
@@ -95,6 +97,31 @@ def _shuffled_limit(paths: list[str]) -> int:
     return batches
 
 
+def _ordered_limit(paths: list[str]) -> int:
+    """The shuffled limit over the rows in content order (printed): what content ordering adds to it."""
+    import numpy as np
+    import pyarrow.dataset as pads
+    import torch
+
+    from airflow_provider_dltrain.training.ordering import content_order
+
+    table = pads.dataset(paths, format="parquet").to_table(columns=["features", "label"], use_threads=True)
+    values = table.column("features").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    features = torch.from_numpy(values.reshape(-1, 64))
+    label = torch.from_numpy(table.column("label").combine_chunks().to_numpy(zero_copy_only=False))
+    order = torch.from_numpy(content_order(table).astype(np.int64))
+    order = order[torch.randperm(len(label), generator=torch.Generator().manual_seed(1))]
+    batches = 0
+    block = BATCH * 128
+    for first in range(0, len(label), block):
+        rows = order[first : first + block]
+        f_block, y_block = features.index_select(0, rows), label.index_select(0, rows)
+        for start in range(0, len(rows), BATCH):
+            f, y = f_block[start : start + BATCH], y_block[start : start + BATCH]
+            batches += int(f.shape[0] > 0 and y.shape[0] > 0)
+    return batches
+
+
 def _peer(paths: list[str]) -> int:
     """torch DataLoader over a pyarrow dataset's record batches."""
     from torch.utils.data import DataLoader
@@ -148,11 +175,12 @@ def _throughput(root: str) -> list[dict[str, Any]]:
     ref = _write_table(root)
     plan = resolve(ref)
     paths = [join(ref.uri, f.path) for f in plan.files]
-    times: dict[str, list[float]] = {"limit": [], "shuffled": [], "peer": [], "loader": []}
+    times: dict[str, list[float]] = {"limit": [], "shuffled": [], "ordered": [], "peer": [], "loader": []}
     counts: dict[str, int] = {}
     sides = (
         ("limit", _limit, paths),
         ("shuffled", _shuffled_limit, paths),
+        ("ordered", _ordered_limit, paths),
         ("peer", _peer, paths),
         ("loader", _loader, plan),
     )
@@ -171,7 +199,9 @@ def _throughput(root: str) -> list[dict[str, Any]]:
             "detail": (
                 f"loader {rate['loader']:.0f} batches/s (memory mode, cold, shuffled, content-ordered) vs "
                 f"{rate['shuffled']:.0f} batches/s ({common}); the unshuffled limit {rate['limit']:.0f} "
-                f"batches/s (loader / that: {rate['loader'] / rate['limit']:.2f}, no goal); "
+                f"batches/s (loader / that: {rate['loader'] / rate['limit']:.2f}, no goal); the shuffled limit "
+                f"over rows in content order {rate['ordered']:.0f} batches/s (loader / that: "
+                f"{rate['loader'] / rate['ordered']:.2f}); "
                 f"2 DataLoader worker processes {counts['loader'] / workers_s:.0f} batches/s"
             ),
         },
