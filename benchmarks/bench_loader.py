@@ -21,6 +21,7 @@ Interleaved rounds, best of each side.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import subprocess
@@ -141,6 +142,7 @@ def _ray_started() -> bool:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local Ray: no token written to ~/.ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # one INFO line per pass otherwise
     return True
 
 
