@@ -103,28 +103,21 @@ def run() -> list[dict[str, Any]]:
         ref = _table(root)
         fn = "benchmarks.bench_ddp:bench_train"
         single = {"epochs": EPOCHS, "batch_size": 2 * BATCH}
+        per_rank = {"epochs": EPOCHS, "batch_size": BATCH}
+
+        def ranks(backend: str) -> Any:
+            return run_training(
+                fn, ref, per_rank, backend=backend, backend_options={"num_processes": 2}, tracking=False
+            )
+
         ones, twos = [], []
         for _ in range(ROUNDS):  # interleaved: other load on the machine hits both sides alike
-            one = run_training(fn, ref, single, backend_options={"num_threads": 1}, tracking=False)
-            two = run_training(
-                fn,
-                ref,
-                {"epochs": EPOCHS, "batch_size": BATCH},
-                backend="ddp",
-                backend_options={"num_processes": 2},
-                tracking=False,
+            ones.append(
+                run_training(fn, ref, single, backend_options={"num_threads": 1}, tracking=False).metrics
             )
-            ones.append(one.metrics)
-            twos.append(two.metrics)
+            twos.append(ranks("ddp").metrics)
         threads = run_training(fn, ref, single, backend_options={"num_threads": 2}, tracking=False)
-        distributor = run_training(
-            fn,
-            ref,
-            {"epochs": EPOCHS, "batch_size": BATCH},
-            backend="torch_distributor",
-            backend_options={"num_processes": 2},
-            tracking=False,
-        )
+        distributor = ranks("torch_distributor")
     one_rate = max(m["samples_per_s"] for m in ones)
     two_rate = max(m["samples_per_s"] for m in twos)
     # on dedicated cores: 2 ranks each at their per-CPU-second rate vs 1 process at its own

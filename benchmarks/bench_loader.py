@@ -77,16 +77,25 @@ def _limit(paths: list[str]) -> int:
     return batches
 
 
-def _shuffled_limit(paths: list[str]) -> int:
-    """The limit plus what any shuffled loader must add: one seeded permutation, gathered in blocks."""
+def _shuffled_limit(paths: list[str], content_ordered: bool = False) -> int:
+    """The limit plus what any shuffled loader must add: one seeded permutation, gathered in blocks.
+
+    ``content_ordered``: the permutation applies to the rows in content order, computed as the
+    loader does (printed: what content ordering adds to the shuffled limit).
+    """
+    import numpy as np
     import pyarrow.dataset as pads
     import torch
+
+    from airflow_provider_dltrain.training.ordering import content_order
 
     table = pads.dataset(paths, format="parquet").to_table(columns=["features", "label"], use_threads=True)
     values = table.column("features").combine_chunks().flatten().to_numpy(zero_copy_only=False)
     features = torch.from_numpy(values.reshape(-1, 64))
     label = torch.from_numpy(table.column("label").combine_chunks().to_numpy(zero_copy_only=False))
     order = torch.randperm(len(label), generator=torch.Generator().manual_seed(1))
+    if content_ordered:
+        order = torch.from_numpy(content_order(table).astype(np.int64))[order]
     batches = 0
     block = BATCH * 128
     for first in range(0, len(label), block):
@@ -99,28 +108,7 @@ def _shuffled_limit(paths: list[str]) -> int:
 
 
 def _ordered_limit(paths: list[str]) -> int:
-    """The shuffled limit over the rows in content order (printed): what content ordering adds to it."""
-    import numpy as np
-    import pyarrow.dataset as pads
-    import torch
-
-    from airflow_provider_dltrain.training.ordering import content_order
-
-    table = pads.dataset(paths, format="parquet").to_table(columns=["features", "label"], use_threads=True)
-    values = table.column("features").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    features = torch.from_numpy(values.reshape(-1, 64))
-    label = torch.from_numpy(table.column("label").combine_chunks().to_numpy(zero_copy_only=False))
-    order = torch.from_numpy(content_order(table).astype(np.int64))
-    order = order[torch.randperm(len(label), generator=torch.Generator().manual_seed(1))]
-    batches = 0
-    block = BATCH * 128
-    for first in range(0, len(label), block):
-        rows = order[first : first + block]
-        f_block, y_block = features.index_select(0, rows), label.index_select(0, rows)
-        for start in range(0, len(rows), BATCH):
-            f, y = f_block[start : start + BATCH], y_block[start : start + BATCH]
-            batches += int(f.shape[0] > 0 and y.shape[0] > 0)
-    return batches
+    return _shuffled_limit(paths, content_ordered=True)
 
 
 def _peer(paths: list[str]) -> int:

@@ -242,7 +242,7 @@ class RayEngine(TrainingEngine):
             info = self.client.get_job_info(sid)
         except RuntimeError:
             raise JobFailedError(f"Ray did not accept job {sid}: {err}") from err
-        raw = str(getattr(info.status, "value", info.status))
+        raw = _raw_status(info)
         ours = (info.metadata or {}).get("dltrain:task_key") == staged.spec.identity.task_key
         if not ours or STATES.get(raw, PENDING) not in (PENDING, RUNNING):
             raise JobFailedError(
@@ -269,7 +269,7 @@ class RayEngine(TrainingEngine):
 
     def poll(self, handle: JobHandle) -> JobStatus:
         info = self._call("a status request", self.client.get_job_info, handle.ids["job_name"])
-        raw = str(getattr(info.status, "value", info.status))
+        raw = _raw_status(info)
         message = str(info.message or "")
         if len(message) > 2000:
             message = "..." + message[-2000:]
@@ -293,6 +293,11 @@ class RayEngine(TrainingEngine):
     def log_location(self, handle: JobHandle) -> str:
         sid = handle.ids["job_name"]
         return f"{self.dashboard_url}/#/jobs/{sid} (or: ray job logs {sid} --address {self.address})"
+
+
+def _raw_status(info: Any) -> str:
+    """Ray's status word of a job (``JobStatus`` is a str enum; its value, not its repr)."""
+    return str(getattr(info.status, "value", info.status))
 
 
 @contextlib.contextmanager
