@@ -81,7 +81,7 @@ def spark_session(
         else:
             chosen = master or os.environ.get("DLTRAIN_SPARK_MASTER") or "local[*]"
             builder = builder.master(chosen).appName(app_name)
-            if chosen.startswith("local"):
+            if chosen.startswith("local") and not _from_code_bundle():
                 # workers on this machine import PySpark's compiled package instead of its zips
                 base[DAEMON_MODULE] = "airflow_provider_dltrain.spark_daemon"
         for key, value in {**base, **dict(conf or {})}.items():
@@ -90,6 +90,16 @@ def spark_session(
         session.sparkContext.setLogLevel(os.environ.get("DLTRAIN_SPARK_LOG_LEVEL", "WARN"))
         log.info("Spark session %s started in %.1fs", session.sparkContext.master, time.monotonic() - started)
         return session
+
+
+def _from_code_bundle() -> bool:
+    """This package was imported from a job's code bundle (a zip on ``sys.path``), not installed.
+
+    Spark starts its Python worker daemon from the environment, not from this process's ``sys.path``:
+    in a job image without the provider installed (Glue, EMR, a container), the daemon module would
+    not be importable and every task would fail; PySpark's own daemon is used there instead.
+    """
+    return f".zip{os.sep}" in (__file__ or "")
 
 
 @contextlib.contextmanager

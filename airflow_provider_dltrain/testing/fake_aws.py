@@ -19,6 +19,7 @@ This module imports moto only when it serves: ``add_arguments`` is what the ``dl
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -67,7 +68,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="append the process group id of every job started to this file (to check none outlives a stop)",
     )
+    parser.add_argument(
+        "--images",
+        type=_images,
+        metavar="JSON",
+        help='run jobs in containers of these images: {"glue": TAG, "emr": TAG, "train": TAG} (inline or a '
+        "file; docker/images.py prints it). Default: jobs run as processes of this machine's Python",
+    )
+    parser.add_argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --images: mount this host directory at the same path in every job container (repeatable)",
+    )
+    parser.add_argument(
+        "--instance",
+        help="with --images: the label value of every container and network this fake creates (default: random)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every job start and end to stderr")
+
+
+def _images(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(Path(text).read_text() if not text.lstrip().startswith("{") else text)
+    except (OSError, ValueError) as err:
+        raise argparse.ArgumentTypeError(
+            f"--images: not a JSON object or a file holding one: {err}"
+        ) from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise argparse.ArgumentTypeError('--images: expected {"glue": TAG, "emr": TAG, "train": TAG}')
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -111,7 +142,7 @@ def serve(args: argparse.Namespace) -> int:
         fake_sagemaker,
         moto_server,
     )
-    from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor
+    from airflow_provider_dltrain.testing.local_executor import ContainerMode, LocalCloudExecutor
 
     moto_server.install()  # conditional puts (every Delta commit) atomic, as on S3
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
@@ -119,7 +150,15 @@ def serve(args: argparse.Namespace) -> int:
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
 
-    executor = LocalCloudExecutor(endpoint, poll_s=args.poll, workdir=args.workdir, pid_file=args.pid_file)
+    containers = None
+    if args.images:
+        extra = {"instance": args.instance} if args.instance else {}
+        containers = ContainerMode(
+            args.images, shares=tuple(str(Path(d).resolve()) for d in args.share), **extra
+        )
+    executor = LocalCloudExecutor(
+        endpoint, poll_s=args.poll, workdir=args.workdir, pid_file=args.pid_file, containers=containers
+    )
     for service in (fake_glue, fake_emr, fake_emr_serverless, fake_sagemaker, fake_ec2):
         service.install(executor)
     executor.start()

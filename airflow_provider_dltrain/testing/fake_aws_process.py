@@ -88,6 +88,8 @@ class FakeAws:
     endpoint_url: str
     log_path: Path
     pid_file: Path | None = None
+    # container mode: the label value of every container and network the fake creates
+    instance: str | None = None
 
     @property
     def conn_id(self) -> str:
@@ -121,8 +123,9 @@ class FakeAws:
         )
 
     def leaks(self) -> list[str]:
-        """Every cluster, job run, started application, training job or instance still alive."""
-        return leaks(self.endpoint_url)
+        """Every cluster, job run, started application, training job or instance still alive (and in
+        container mode every container or network of this fake)."""
+        return leaks(self.endpoint_url) + (container_leaks(self.instance) if self.instance else [])
 
     def live_job_processes(self) -> list[int]:
         """Process group ids of the jobs this fake started that still have a live process."""
@@ -165,12 +168,30 @@ def _server_env() -> dict[str, str]:
     return env
 
 
+def container_leaks(instance: str) -> list[str]:
+    """Containers and networks a fake in container mode created that still exist."""
+    from airflow_provider_dltrain.testing.local_executor import labelled
+
+    return [f"container {n}" for n in labelled("ps", instance)] + [
+        f"network {n}" for n in labelled("network", instance)
+    ]
+
+
 @contextlib.contextmanager
-def start_fake_aws(workdir: Path, *, verbose: bool = True, timeout: float = 60.0) -> Iterator[FakeAws]:
+def start_fake_aws(
+    workdir: Path,
+    *,
+    verbose: bool = True,
+    timeout: float = 60.0,
+    images: dict[str, str] | None = None,
+    shares: list[Path] | tuple[Path, ...] = (),
+) -> Iterator[FakeAws]:
     """Run the fake AWS until the ``with`` block ends, its log and job directories under ``workdir``.
 
     On exit the server is stopped (it kills its jobs); an ``AssertionError`` then names any job process
     still alive (after killing it). Jobs' stdout/stderr stay in ``workdir/jobs/<engine>-*/``.
+    With ``images`` (``{"glue": tag, "emr": tag, "train": tag}``) jobs run in containers, ``shares``
+    mounted in each; the exit also fails if a container or network of the fake is left.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     log_path, pid_file = workdir / "fake_aws.log", workdir / "job_pids.txt"
@@ -178,6 +199,11 @@ def start_fake_aws(workdir: Path, *, verbose: bool = True, timeout: float = 60.0
     cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--port", "0"]
     cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file)]
     cmd += ["--verbose"] if verbose else []
+    instance = None
+    if images:
+        instance = f"{os.getpid()}-{time.monotonic_ns() % 10**8}"
+        cmd += ["--images", json.dumps(images), "--instance", instance]
+        cmd += [arg for share in shares for arg in ("--share", str(share))]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             cmd,
@@ -189,15 +215,28 @@ def start_fake_aws(workdir: Path, *, verbose: bool = True, timeout: float = 60.0
         )
     failed = False
     try:
-        yield FakeAws(_read_ready(proc, log_path, timeout), log_path, pid_file)
+        yield FakeAws(_read_ready(proc, log_path, timeout), log_path, pid_file, instance)
     except BaseException:
         failed = True
         raise
     finally:
         _stop(proc)
         left = _kill_left_over(pid_file)
+        left_containers = container_leaks(instance) if instance else []
+        if left_containers:  # remove them whatever happened, and say so below
+            _remove_docker_objects(instance or "")
     if left and not failed:
         raise AssertionError(f"job processes outlived the fake AWS: process groups {left} (see {pid_file})")
+    if left_containers and not failed:
+        raise AssertionError(f"the fake AWS left {left_containers}")
+
+
+def _remove_docker_objects(instance: str) -> None:
+    from airflow_provider_dltrain.testing.local_executor import labelled, remove_containers
+
+    remove_containers(labelled("ps", instance))
+    for network in labelled("network", instance):
+        subprocess.run(["docker", "network", "rm", network], capture_output=True, timeout=60)
 
 
 def _kill_left_over(pid_file: Path) -> list[int]:

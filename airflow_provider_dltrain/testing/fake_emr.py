@@ -20,7 +20,7 @@ from moto.emr import models as emr_models
 from moto.emr.exceptions import ValidationException
 from moto.emr.responses import ElasticMapReduceResponse
 
-from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends, venv_archive
 
 CLUSTER_DONE = {"TERMINATING", "TERMINATED", "TERMINATED_WITH_ERRORS"}
 STEP_UNFINISHED = {"PENDING", "RUNNING", "CANCEL_PENDING"}
@@ -118,6 +118,7 @@ def start_step(ex: LocalCloudExecutor, cluster: Any, step: Any) -> None:
         on_exit,
         region=cluster.emr_backend.region_name,
         log_prefix=step_log_prefix(cluster, step),
+        archive_uri=venv_archive(args[:index]),
     )
     step.state = "RUNNING"
     step.start_date_time = utcnow()

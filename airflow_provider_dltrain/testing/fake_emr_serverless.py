@@ -16,7 +16,7 @@ from typing import Any
 from moto.core.utils import utcnow
 from moto.emrserverless import models as es_models
 
-from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends
+from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends, venv_archive
 
 TERMINAL = {"SUCCESS", "FAILED", "CANCELLED"}
 
@@ -68,7 +68,17 @@ def _start(ex: LocalCloudExecutor, key: tuple[str, ...], run: Any, region: str) 
     def on_exit(returncode: int, message: str) -> None:
         finish(run, "SUCCESS" if returncode == 0 else "FAILED", message or None)
 
-    ex.launch(key, "emr_serverless", entry_point, args, on_exit, region=region, log_prefix=log_prefix(run))
+    archive = venv_archive([str(driver.get("sparkSubmitParameters") or "")])
+    ex.launch(
+        key,
+        "emr_serverless",
+        entry_point,
+        args,
+        on_exit,
+        region=region,
+        log_prefix=log_prefix(run),
+        archive_uri=archive,
+    )
     # Real runs pass PENDING and SCHEDULED; callers only wait for "not SUBMITTED/PENDING/SCHEDULED".
     run.state = "RUNNING"
     run.updated_at = utcnow()

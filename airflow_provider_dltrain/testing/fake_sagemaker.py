@@ -18,6 +18,10 @@ second job take an existing name. Here:
   after its first checkpoint appears (mid-epoch when epochs take a while): the process group is
   killed, its checkpoints are uploaded, and the job restarts on a "new instance" whose checkpoint
   directory is restored from S3 only - the secondary status shows ``Interrupted`` then ``Restarting``;
+* in container mode (the fake started with images) the job runs as SageMaker runs it: its
+  ``ContainerEntrypoint`` and ``ContainerArguments`` in its ``TrainingImage``, with the job's
+  directory mounted as ``/opt/ml`` (``input/config``, ``input/data/<channel>``, ``checkpoints``,
+  ``output/failure``), the environment SageMaker sets and nothing from the test's Python;
 * jobs without a ``spec`` hyper-parameter (not ours) complete at once, as moto made them.
 """
 
@@ -42,7 +46,12 @@ from moto.sagemaker import models as sm_models
 from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 
-from airflow_provider_dltrain.testing.local_executor import LocalCloudExecutor, iter_backends, split_s3_uri
+from airflow_provider_dltrain.testing.local_executor import (
+    ContainerSpec,
+    LocalCloudExecutor,
+    iter_backends,
+    split_s3_uri,
+)
 from airflow_provider_dltrain.utils.ports import free_port
 
 log = logging.getLogger("fake_aws.sagemaker")
@@ -99,6 +108,11 @@ class Container:
         self.checkpoints = self.root / "checkpoints"
         self.failure_file = self.root / "output" / "failure"
         self.interrupted = False
+        self.in_container = ex.containers is not None
+
+    def path(self, local: Path) -> str:
+        """Where ``local`` (under the job's directory) is seen by the job: under ``/opt/ml`` in a container."""
+        return f"/opt/ml/{local.relative_to(self.root).as_posix()}" if self.in_container else str(local)
 
     def _download_prefix(self, uri: str, target: Path) -> None:
         bucket, prefix = split_s3_uri(uri.rstrip("/") + "/_")
@@ -134,24 +148,25 @@ class Container:
         env = {str(k): str(v) for k, v in (getattr(job, "environment", None) or {}).items()}
         env.update(
             {
-                "SM_ENTRY_SCRIPT": str(self.code / "job_script.py"),
+                "SM_ENTRY_SCRIPT": self.path(self.code / "job_script.py"),
                 "SM_HPS": json.dumps(job.hyper_parameters or {}),
                 "SM_DISTRIBUTED_CONFIG": json.dumps({"process_count_per_node": per_host}),
                 "SM_HOST_COUNT": "1",
                 "SM_HOSTS": '["algo-1"]',
                 "SM_CURRENT_HOST": "algo-1",
                 "SM_CURRENT_INSTANCE_TYPE": job.resource_config["InstanceType"],
-                "SM_INPUT_CONFIG_DIR": str(self.root / "input" / "config"),
                 "TRAINING_JOB_NAME": job.training_job_name,
-                "DLTRAIN_CHECKPOINT_DIR": str(self.checkpoints),
-                "DLTRAIN_FAILURE_FILE": str(self.failure_file),
+                "DLTRAIN_CHECKPOINT_DIR": self.path(self.checkpoints),
+                "DLTRAIN_FAILURE_FILE": self.path(self.failure_file),
                 # torchrun's rendezvous port (29500 by default, its PET_ variable): a real host runs
                 # one job, but here jobs of tests running side by side share this machine
                 "PET_MASTER_PORT": str(free_port()),
-                # the driver calls ``torchrun``: the one next to this interpreter
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             }
         )
+        if not self.in_container:
+            # a container has /opt/ml/input/config; the driver calls the ``torchrun`` next to this Python
+            env["SM_INPUT_CONFIG_DIR"] = str(self.root / "input" / "config")
+            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         return env
 
     def download_channels(self) -> None:
@@ -179,14 +194,26 @@ class Container:
         self.failure_file.parent.mkdir(parents=True, exist_ok=True)
         key = job_key(self.job.account_id, self.region, self.job.training_job_name)
         self.started = time.monotonic()
+        container = None
+        if self.in_container:
+            spec = self.job.algorithm_specification
+            entry = [*(spec.get("ContainerEntrypoint") or []), *(spec.get("ContainerArguments") or [])]
+            image = spec.get("TrainingImage") or ""
+            container = ContainerSpec(
+                image, {str(self.root): "/opt/ml"}, "/opt/ml/code", entrypoint=entry[0] if entry else None
+            )
+            command = entry[1:] if entry else ["train"]  # no entry point: SageMaker runs ``<image> train``
+        else:
+            command = self.command()
         self.ex.start_process(
             key,
             "sagemaker",
             self.root,
-            self.command(),
+            command,
             self.on_exit,
             region=self.region,
             env_extra=self.environment(),
+            container=container,
         )
 
     def command(self) -> list[str]:

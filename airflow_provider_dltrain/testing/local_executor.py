@@ -5,6 +5,14 @@ moto accepts Glue job runs, EMR steps and EMR Serverless job runs but never exec
 its script from moto S3 and runs ``python <script> <args>`` in a subprocess. The per-service modules
 (``fake_glue``, ``fake_emr``, …) decide what is new, which script and arguments a job has, and how the
 outcome is written back to the moto object; this module owns the processes.
+
+With :class:`ContainerMode` the jobs run in Docker containers of the service's image instead (Glue
+runs in the Glue-like image, EMR steps and EMR Serverless runs in the EMR-like one, SageMaker jobs in
+their ``TrainingImage``): with only the packages that image (or the job's own archive or
+``--additional-python-modules``) provides, as on AWS. Each container is started by a ``docker run``
+client process, which the executor watches like any job process; ``--network host`` keeps the moto
+endpoint on 127.0.0.1, and the job's directory (plus any shared directory, e.g. a test's MLflow
+store) is mounted at the path the job expects.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +49,51 @@ ERROR_CHARS = 1000
 ExitCallback = Callable[[int, str], None]
 
 
+# Every container and network the fake creates carries this label (value: the fake's instance id):
+# the leak check lists what is left of one fake by it.
+CONTAINER_LABEL = "dltrain.fake-aws"
+# Where each service's jobs run in container mode: the key of ``ContainerMode.images``.
+IMAGE_OF_ENGINE = {
+    "glue": "glue",
+    "emr": "emr",
+    "emr_serverless": "emr",
+    "sagemaker": "train",
+    "ec2": "train",
+}
+
+
+@dataclass(frozen=True)
+class ContainerMode:
+    """Run jobs in containers: ``images`` maps ``glue``/``emr``/``train`` to local image tags."""
+
+    images: dict[str, str]
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # host directories mounted at the same path in every job container (a test's MLflow store, a
+    # local lake): what a shared file system or a real service would give the job on AWS
+    shares: tuple[str, ...] = ()
+
+    def image(self, engine: str) -> str:
+        try:
+            return self.images[IMAGE_OF_ENGINE[engine]]
+        except KeyError:
+            raise ValueError(
+                f"no image for {engine} jobs: start the fake with one for {IMAGE_OF_ENGINE.get(engine, engine)!r}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How one job runs in a container: its image, command, mounts (host -> container) and cwd."""
+
+    image: str
+    mounts: dict[str, str]
+    cwd: str
+    entrypoint: str | None = None  # None: the image's ENTRYPOINT runs ``argv``
+    network: str = "host"
+    ip: str | None = None
+    hostname: str | None = None
+
+
 @dataclass
 class LocalJob:
     key: tuple[str, ...]
@@ -48,6 +102,7 @@ class LocalJob:
     proc: subprocess.Popen
     on_exit: ExitCallback
     log_prefix: str | None = None  # s3://bucket/prefix/ that receives stdout and stderr at the end
+    container: str | None = None  # the container's name in container mode
     cancelled: bool = False
     started: float = field(default_factory=time.monotonic)
 
@@ -58,6 +113,17 @@ class LocalJob:
     @property
     def stderr_path(self) -> Path:
         return self.workdir / "stderr"
+
+
+def venv_archive(words: list[str]) -> str | None:
+    """The URI of ``spark.archives=<uri>#environment`` in spark-submit words (the job's venv-pack archive)."""
+    for word in " ".join(words).split():
+        value = word.partition("spark.archives=")[2]
+        for archive in value.split(","):
+            uri, _, alias = archive.partition("#")
+            if alias == "environment":
+                return uri
+    return None
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -101,8 +167,10 @@ class LocalCloudExecutor:
         poll_s: float = 0.1,
         workdir: Path | None = None,
         pid_file: Path | None = None,
+        containers: ContainerMode | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.containers = containers
         self.poll_s = poll_s
         # one line per job started: its process group id, which a parent checks is gone after a stop
         self.pid_file = pid_file
@@ -116,6 +184,7 @@ class LocalCloudExecutor:
         # Keys of every moto object already started, finished or cancelled: never launched twice.
         self.seen: set[tuple[str, ...]] = set()
         self.scanners: list[Callable[[LocalCloudExecutor], None]] = []
+        self.closers: list[Callable[[], None]] = []  # run at stop, once every job is gone
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._s3 = boto3.client(
@@ -139,6 +208,13 @@ class LocalCloudExecutor:
         with self.lock:
             for key in list(self.jobs):
                 self.kill(key)
+        if self.containers is not None:  # started by a client that died before reporting its name
+            remove_containers(labelled("ps", self.containers.instance))
+        for close in self.closers:
+            try:
+                close()
+            except Exception:
+                log.exception("closing %s failed", close)
         if self._own_workdir:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -173,24 +249,38 @@ class LocalCloudExecutor:
         on_exit: ExitCallback,
         region: str = "us-east-1",
         log_prefix: str | None = None,
+        archive_uri: str | None = None,
     ) -> LocalJob:
-        """Download ``script_uri`` from moto S3 and start ``python script *args``; raise on any failure."""
+        """Download ``script_uri`` from moto S3 and start ``python script *args``; raise on any failure.
+
+        In container mode the image's entry point runs ``script *args`` (Glue's installs the
+        ``--additional-python-modules`` first); ``archive_uri`` (EMR's ``spark.archives=…#environment``)
+        is downloaded next to the script as ``environment.tar.gz``, which the EMR-like image unpacks
+        and runs the job with. On the host the test's own Python runs the script.
+        """
         workdir = self.new_workdir(engine)
-        bucket, s3_key = split_s3_uri(script_uri)
-        script = workdir / (Path(s3_key).name or "script.py")
-        body = self._s3.get_object(Bucket=bucket, Key=s3_key)["Body"].read()
-        script.write_bytes(body)
+        script = workdir / (Path(split_s3_uri(script_uri)[1]).name or "script.py")
+        self.download(script_uri, script)
+        if self.containers is None:
+            argv = [sys.executable, str(script), *args]
+            container = None
+        else:
+            if archive_uri:
+                self.download(archive_uri, workdir / "environment.tar.gz")
+            argv = [str(script), *args]
+            mounts = {str(workdir): str(workdir)}
+            if engine == "glue":  # pip's cache across runs: Glue downloads the modules every time
+                mounts[str(self.root / "glue-pip-cache")] = "/root/.cache/pip"
+            container = ContainerSpec(self.containers.image(engine), mounts, str(workdir))
         job = self.start_process(
-            key,
-            engine,
-            workdir,
-            [sys.executable, str(script), *args],
-            on_exit,
-            region=region,
-            log_prefix=log_prefix,
+            key, engine, workdir, argv, on_exit, region=region, log_prefix=log_prefix, container=container
         )
         log.info("started %s pid=%s: %s %s", key, job.proc.pid, script_uri, args)
         return job
+
+    def download(self, uri: str, target: Path) -> None:
+        bucket, s3_key = split_s3_uri(uri)
+        self._s3.download_file(bucket, s3_key, str(target))
 
     def new_workdir(self, engine: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"{engine}-", dir=self.root))
@@ -205,24 +295,39 @@ class LocalCloudExecutor:
         region: str = "us-east-1",
         log_prefix: str | None = None,
         env_extra: dict[str, str] | None = None,
+        container: ContainerSpec | None = None,
+        endpoint: str | None = None,
     ) -> LocalJob:
-        """Start ``argv`` in ``workdir`` with the fake AWS's environment (plus ``env_extra``)."""
-        env = dict(os.environ)
-        env.update(env_extra or {})
-        env.update(
+        """Start ``argv`` in ``workdir`` with the fake AWS's environment (plus ``env_extra``).
+
+        With ``container``, ``argv`` runs in that container; its environment is only the job's (the
+        AWS variables and ``env_extra``), not this process's. ``endpoint``: where the job reaches the
+        fake (default: this server's 127.0.0.1 endpoint).
+        """
+        job_env = dict(env_extra or {})
+        job_env.update(
             {
-                "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ENDPOINT_URL": endpoint or self.endpoint,
                 "AWS_ALLOW_HTTP": "true",
                 "AWS_REGION": region,
                 "AWS_DEFAULT_REGION": region,
                 "AWS_ACCESS_KEY_ID": "testing",
                 "AWS_SECRET_ACCESS_KEY": "testing",
                 "DLTRAIN_ENGINE": engine,
-                "PYTHONPATH": os.pathsep.join(p for p in (str(CODE_ROOT), env.get("PYTHONPATH")) if p),
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        env = dict(os.environ)
         env.pop("AWS_PROFILE", None)  # a profile would win over the test keys in some SDKs
+        env.update(job_env)
+        name = None
+        if container is None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(CODE_ROOT), os.environ.get("PYTHONPATH")) if p
+            )
+        else:
+            name = f"fake-aws-{self.containers.instance if self.containers else 'x'}-{uuid.uuid4().hex[:8]}"
+            argv = self.docker_run(name, container, argv, sorted(job_env))
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
             proc = subprocess.Popen(
                 argv,
@@ -234,13 +339,34 @@ class LocalCloudExecutor:
                 # Own process group: cancel/stop kills the job's whole tree (spark, torchrun workers).
                 start_new_session=True,
             )
-        job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix)
+        job = LocalJob(key, engine, workdir, proc, on_exit, log_prefix, container=name)
         with self.lock:
             self.jobs[key] = job
             if self.pid_file is not None:
                 with open(self.pid_file, "a") as pids:
                     pids.write(f"{proc.pid} {'/'.join(key)}\n")
         return job
+
+    def docker_run(self, name: str, spec: ContainerSpec, argv: list[str], env_names: list[str]) -> list[str]:
+        """The ``docker run`` command of one job container (values of ``env_names`` come from the
+        client's environment, so no secret appears on a command line)."""
+        mode = self.containers
+        if mode is None:
+            raise RuntimeError("docker_run needs container mode")
+        command = ["docker", "run", "--rm", "--name", name, "--label", f"{CONTAINER_LABEL}={mode.instance}"]
+        command += ["--pull", "never", "--network", spec.network, "--workdir", spec.cwd]
+        if spec.ip:
+            command += ["--ip", spec.ip]
+        if spec.hostname:
+            command += ["--hostname", spec.hostname]
+        mounts = {**{share: share for share in mode.shares}, **spec.mounts}
+        for host, inside in mounts.items():
+            command += ["--volume", f"{host}:{inside}"]
+        for env_name in env_names:
+            command += ["--env", env_name]
+        if spec.entrypoint is not None:
+            command += ["--entrypoint", spec.entrypoint]
+        return [*command, spec.image, *argv]
 
     def is_running(self, key: tuple[str, ...]) -> bool:
         with self.lock:
@@ -255,6 +381,8 @@ class LocalCloudExecutor:
             return False
         job.cancelled = True
         _kill_group(job.proc)
+        if job.container:  # the client is gone; its container may not be
+            remove_containers([job.container])
         self._upload_logs(job)
         log.info("killed %s", key)
         return True
@@ -289,6 +417,36 @@ class LocalCloudExecutor:
                     self._s3.put_object(Bucket=bucket, Key=prefix + name, Body=path.read_bytes())
         except Exception:  # logs are a convenience; a missing bucket must not change the job's outcome
             log.warning("could not upload logs of %s to %s", job.key, job.log_prefix, exc_info=True)
+
+
+def remove_containers(names: list[str]) -> None:
+    if names:
+        subprocess.run(["docker", "rm", "--force", *names], capture_output=True, timeout=60)
+
+
+def labelled(kind: str, instance: str) -> list[str]:
+    """Names of the containers (``kind="ps"``) or networks (``"network"``) of one fake instance."""
+    command = [
+        "docker",
+        kind,
+        "ls",
+        "--filter",
+        f"label={CONTAINER_LABEL}={instance}",
+        "--format",
+        "{{.Name}}",
+    ]
+    if kind == "ps":
+        command = [
+            "docker",
+            "ps",
+            "--all",
+            "--filter",
+            f"label={CONTAINER_LABEL}={instance}",
+            "--format",
+            "{{.Names}}",
+        ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    return result.stdout.split()
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:

@@ -1,0 +1,287 @@
+"""Build the project's images from a local Debian base, tagged by the content hash of their inputs.
+
+    python docker/images.py [build] [NAME ...]     build (or find) NAME... (default: every image);
+                                                  prints {"name": "dltrain/name:hash", ...} as JSON
+    python docker/images.py tags [NAME ...]       the tags the current inputs give, building nothing
+    python docker/images.py prune                 remove dltrain images whose tag is no longer current
+
+Images (``docker/Dockerfile*``; each takes its parent as ``BASE_IMAGE``):
+
+- ``base``: Debian bookworm (debootstrap, minbase) with Python 3.11 as ``/usr/local/bin/python`` (a venv
+  over Debian's python3, what ``python:3.11-slim`` provides) and the host's CA bundle, so that pip and
+  apt work behind a TLS-intercepting proxy. Built locally: no registry is needed.
+- ``train``: ``docker/Dockerfile.train`` (SageMaker jobs, EC2 cluster nodes).
+- ``glue`` / ``emr``: the two targets of ``docker/Dockerfile.jobs``.
+- ``airflow``: ``docker/Dockerfile``, Airflow and this provider with the constraints file (the compose stack).
+
+A tag is ``dltrain/<name>:<16 hex>``, the SHA-256 of the image's recipe: its Dockerfile and target, build
+arguments, every file it copies, and its parent's tag. An image whose tag exists is not rebuilt, so a
+second ``make images`` on one machine takes seconds; a changed input builds a new tag, and ``prune``
+removes the stale ones. Standard library only: runs before any virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKER = REPO / "docker"
+WHEELS = DOCKER / "wheels"
+REPOSITORY = "dltrain"
+LABEL = "dltrain.image"
+SUITE = "bookworm"
+MIRROR = os.environ.get("DLTRAIN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+CA_BUNDLE = Path(os.environ.get("DLTRAIN_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
+BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+TORCH_VERSION = os.environ.get("TORCH_VERSION", "2.13.0")
+HOROVOD_VERSION = os.environ.get("HOROVOD_VERSION", "0.28.1")
+HOROVOD_CACHE = Path(
+    os.environ.get(
+        "DLTRAIN_WHEEL_CACHE",
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltrain/wheels",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    dockerfile: str | None  # None: the debootstrap base
+    parent: str | None = None
+    target: str | None = None
+    inputs: tuple[str, ...] = ()  # context paths the Dockerfile copies (files or directories)
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+IMAGES = {
+    image.name: image
+    for image in (
+        Image("base", None),
+        Image(
+            "train",
+            "docker/Dockerfile.train",
+            parent="base",
+            inputs=("docker/wheels", "constraints", "docker/build_horovod.sh", "docker/train"),
+            build_args={"TORCH_VERSION": TORCH_VERSION, "HOROVOD_VERSION": HOROVOD_VERSION},
+        ),
+        Image(
+            "glue",
+            "docker/Dockerfile.jobs",
+            parent="base",
+            target="glue",
+            inputs=("constraints", "docker/glue-run"),
+        ),
+        Image("emr", "docker/Dockerfile.jobs", parent="base", target="emr", inputs=("docker/emr-run",)),
+        Image(
+            "airflow",
+            "docker/Dockerfile",
+            parent="base",
+            inputs=(
+                "docker/wheels",
+                "constraints",
+                "pyproject.toml",
+                "README.md",
+                "airflow_provider_dltrain",
+                "dags",
+            ),
+            build_args={"TORCH_VERSION": TORCH_VERSION},
+        ),
+    )
+}
+
+
+def log(message: str) -> None:
+    print(f"images: {message}", file=sys.stderr, flush=True)
+
+
+def docker(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], check=check, text=True, capture_output=capture)
+
+
+def exists(tag: str) -> bool:
+    return docker("image", "inspect", tag, check=False).returncode == 0
+
+
+def _files(path: Path) -> Iterator[Path]:
+    if path.is_file():
+        yield path
+        return
+    for child in sorted(path.rglob("*")):
+        if child.is_file() and "__pycache__" not in child.parts and child.suffix != ".pyc":
+            yield child
+
+
+def stage_wheels() -> None:
+    """Put this machine's torch wheel and Horovod wheel cache into ``docker/wheels`` (git-ignored).
+
+    The training image then installs torch from the wheel pip finds on this machine instead of the
+    download site, and Horovod from the wheel ``make horovod`` built (same Debian, Open MPI, torch and
+    Python) instead of compiling it for ten minutes. Without them the image downloads and compiles.
+    """
+    WHEELS.mkdir(exist_ok=True)
+    links = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True
+    ).stdout.split()
+    for folder in map(Path, links):
+        for wheel in folder.glob(f"torch-{TORCH_VERSION}+cpu-cp311-*.whl"):
+            if not (WHEELS / wheel.name).exists():
+                shutil.copy2(wheel, WHEELS / wheel.name)
+    cache = HOROVOD_CACHE / f"horovod-{HOROVOD_VERSION}-torch-{TORCH_VERSION}+cpu-cp311-mpi"
+    if any(cache.glob("horovod-*.whl")) and not (WHEELS / cache.name).exists():
+        shutil.copytree(cache, WHEELS / cache.name)
+
+
+def tag(name: str, _memo: dict[str, str] = {}) -> str:  # noqa: B006 - a per-process memo on purpose
+    if name in _memo:
+        return _memo[name]
+    image = IMAGES[name]
+    digest = hashlib.sha256()
+    if image.dockerfile is None:
+        for part in (SUITE, MIRROR, BASE_PACKAGES, inspect.getsource(build_base)):
+            digest.update(part.encode())
+        digest.update(CA_BUNDLE.read_bytes() if CA_BUNDLE.exists() else b"")
+    else:
+        digest.update(f"{image.dockerfile}\0{image.target}\0{sorted(image.build_args.items())}".encode())
+        digest.update(tag(image.parent or "base").encode())
+        for path in [image.dockerfile, *image.inputs]:
+            for file in _files(REPO / path):
+                digest.update(file.relative_to(REPO).as_posix().encode() + b"\0")
+                digest.update(file.read_bytes())
+                digest.update(b"x" if os.access(file, os.X_OK) else b"-")
+    _memo[name] = f"{REPOSITORY}/{name}:{digest.hexdigest()[:16]}"
+    return _memo[name]
+
+
+def build_base(target: str) -> None:
+    """debootstrap a minimal bookworm with Python 3.11 and import it as ``target``."""
+    if shutil.which("debootstrap") is None:
+        raise SystemExit("images: the base image needs debootstrap (apt-get install -y debootstrap)")
+    with tempfile.TemporaryDirectory(prefix="dltrain-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", SUITE, str(root), MIRROR],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        if CA_BUNDLE.exists():  # the proxy's CA, if any, is in the host's bundle (see the docstring)
+            shutil.copy(CA_BUNDLE, root / "etc/ssl/certs/ca-certificates.crt")
+        # /usr/local/bin/python: what the python:3.11-slim images give, and what the Dockerfiles use
+        subprocess.run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", "/usr/local"], check=True)
+        subprocess.run(["chroot", str(root), "apt-get", "clean"], check=True)
+        shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+        (root / "var/lib/apt/lists/partial").mkdir(parents=True)
+        cert = "/etc/ssl/certs/ca-certificates.crt"
+        changes = [
+            f"ENV PIP_CERT={cert}",
+            f"ENV REQUESTS_CA_BUNDLE={cert}",
+            f"ENV SSL_CERT_FILE={cert}",
+            "ENV LANG=C.UTF-8",
+            'CMD ["bash"]',
+            f"LABEL {LABEL}=base",
+        ]
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        args = [arg for change in changes for arg in ("--change", change)]
+        subprocess.run(
+            ["docker", "import", *args, "-", target], stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL
+        )
+        if tar.stdout is not None:
+            tar.stdout.close()
+        if tar.wait() != 0:
+            raise SystemExit("images: tar of the base rootfs failed")
+
+
+def build(name: str) -> str:
+    """Build ``name`` (and its parents) unless its tag exists; return the tag."""
+    image = IMAGES[name]
+    if image.parent:
+        build(image.parent)
+    target = tag(name)
+    if exists(target):
+        return target
+    started = time.monotonic()
+    log(f"building {target}")
+    if image.dockerfile is None:
+        build_base(target)
+    else:
+        command = ["build", "-f", image.dockerfile, "-t", target, "--label", f"{LABEL}={name}"]
+        command += ["--build-arg", f"BASE_IMAGE={tag(image.parent or 'base')}"]
+        for key, value in image.build_args.items():
+            command += ["--build-arg", f"{key}={value}"]
+        if image.target:
+            command += ["--target", image.target]
+        result = subprocess.run(["docker", *command, "."], cwd=REPO, text=True, capture_output=True)
+        if result.returncode != 0:
+            raise SystemExit(f"images: building {target} failed:\n{(result.stdout + result.stderr)[-6000:]}")
+    log(f"built {target} in {time.monotonic() - started:.0f} s")
+    return target
+
+
+def prune() -> list[str]:
+    """Remove every dltrain image whose tag is not the current one of its name."""
+    current = {tag(name) for name in IMAGES}
+    listed = docker(
+        "images", "--filter", f"label={LABEL}", "--format", "{{.Repository}}:{{.Tag}}"
+    ).stdout.split()
+    stale = [t for t in listed if t.startswith(f"{REPOSITORY}/") and t not in current]
+    for old in stale:
+        docker("rmi", old, check=False)
+    return stale
+
+
+@contextlib.contextmanager
+def _lock() -> Iterator[None]:
+    """One build at a time per machine: pytest workers and ``make images`` may start together."""
+    import fcntl
+
+    path = Path(tempfile.gettempdir()) / "dltrain-images.lock"
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def ensure(names: list[str]) -> dict[str, str]:
+    """Build (or find) ``names``; what the tests and ``make images`` call."""
+    with _lock():
+        if any(n in ("train", "airflow") for n in names):
+            stage_wheels()
+        return {name: build(name) for name in names}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", nargs="?", default="build", choices=("build", "tags", "prune"))
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(IMAGES)}")
+    args = parser.parse_args(argv)
+    names = args.names or list(IMAGES)
+    unknown = sorted(set(names) - set(IMAGES))
+    if unknown:
+        parser.error(f"unknown image {', '.join(unknown)}: choose from {', '.join(IMAGES)}")
+    if args.command == "prune":
+        print(json.dumps(prune()))
+        return 0
+    if args.command == "tags":
+        stage_wheels()
+        print(json.dumps({name: tag(name) for name in names}, indent=1))
+        return 0
+    started = time.monotonic()
+    tags = ensure(names)
+    log(f"{len(tags)} images ready in {time.monotonic() - started:.0f} s")
+    print(json.dumps(tags, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
