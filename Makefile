@@ -44,7 +44,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test test-quick test-spark35 spark35 horovod mpi chromium bench lint clean constraints
+.PHONY: install demo test test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -72,7 +72,7 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 # After the 2-worker run, the cluster tests (mostly waiting on JVMs: a master, two workers, drivers)
 # and the Spark 3.5 run (one pytest process) share the 2 cores; the Spark 3.5 output is printed
 # when both are done, and either failing fails the target.
-test: install $(SPARK_CDS) horovod chromium $(if $(strip $(SPARK35_TESTS)),spark35)
+test: install $(SPARK_CDS) horovod chromium test-images $(if $(strip $(SPARK35_TESTS)),spark35)
 	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
 	@mkdir -p $(DLTRAIN_HOME); \
 	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(SPARK35_PY) -m pytest --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
@@ -123,6 +123,33 @@ chromium:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	@test -x $(CHROMIUM) || { echo "the UI test needs Chromium at $(CHROMIUM):" \
 		"run 'sudo apt-get install -y chromium' (Debian/Ubuntu package chromium)" >&2; exit 1; }
+
+# Docker (Debian's docker.io, debootstrap for the local base image, docker-compose v1) and a running
+# daemon: started here when none answers, its log in $(DLTRAIN_HOME)/dockerd.log.
+docker:
+	@command -v docker >/dev/null && command -v debootstrap >/dev/null || [ "$$(id -u)" != 0 ] || { \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap docker-compose; }
+	@command -v docker >/dev/null && command -v debootstrap >/dev/null || { echo "the container tier needs" \
+		"Docker and debootstrap: run 'sudo apt-get install -y docker.io debootstrap docker-compose'" >&2; exit 1; }
+
+dockerd: docker
+	@docker info >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] || { echo "start the Docker daemon" \
+		"(sudo systemctl start docker)" >&2; exit 1; }; mkdir -p $(DLTRAIN_HOME); \
+		nohup /usr/sbin/dockerd > $(DLTRAIN_HOME)/dockerd.log 2>&1 & \
+		for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done; docker info >/dev/null; }
+
+# Every image (docker/images.py): built from a local Debian base, tagged by the hash of its inputs, so
+# an unchanged image is found, not rebuilt. IMAGES=train glue emr builds some. Stale tags are pruned.
+# The training image installs the Horovod wheel `make horovod` caches instead of compiling it again.
+IMAGES ?=
+images: dockerd horovod
+	$(PYTHON) docker/images.py build $(IMAGES) >/dev/null
+	@$(PYTHON) docker/images.py prune >/dev/null
+
+# What the container tier (tests/containers) runs its jobs in.
+TEST_IMAGES ?= train glue emr
+test-images: dockerd horovod
+	$(PYTHON) docker/images.py build $(TEST_IMAGES) >/dev/null
 
 bench: install horovod
 	$(PY) -m benchmarks

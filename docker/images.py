@@ -23,6 +23,7 @@ removes the stale ones. Standard library only: runs before any virtual environme
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import hashlib
 import inspect
@@ -150,7 +151,9 @@ def tag(name: str, _memo: dict[str, str] = {}) -> str:  # noqa: B006 - a per-pro
     image = IMAGES[name]
     digest = hashlib.sha256()
     if image.dockerfile is None:
-        for part in (SUITE, MIRROR, BASE_PACKAGES, inspect.getsource(build_base)):
+        # the recipe's syntax tree, not its text: reformatting the code does not rebuild the base
+        recipe = ast.dump(ast.parse(inspect.getsource(build_base)))
+        for part in (SUITE, MIRROR, BASE_PACKAGES, recipe):
             digest.update(part.encode())
         digest.update(CA_BUNDLE.read_bytes() if CA_BUNDLE.exists() else b"")
     else:
