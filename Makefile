@@ -72,14 +72,21 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 # After the 2-worker run, the cluster tests (mostly waiting on JVMs: a master, two workers, drivers)
 # and the Spark 3.5 run (one pytest process) share the 2 cores; the Spark 3.5 output is printed
 # when both are done, and either failing fails the target.
-test: install $(SPARK_CDS) horovod chromium test-images $(if $(strip $(SPARK35_TESTS)),spark35)
-	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
+# The container tier's images (found by content hash when unchanged, else built: about 4 min cold) are
+# built in the background while the workers run the other tests; the container tests come last and
+# wait for them (docker/images.py holds a lock while it builds). A Docker daemon this target started
+# is stopped at the end.
+test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
+	@mkdir -p $(DLTRAIN_HOME); \
+	( $(PYTHON) docker/images.py build $(TEST_IMAGES) > $(IMAGES_LOG) 2>&1 || echo "image build failed: see $(IMAGES_LOG)" >&2 ) & images=$$!; \
+	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
+	wait $$images; [ $$main = 0 ] || { $(STOP_DOCKERD); exit $$main; }
 	@mkdir -p $(DLTRAIN_HOME); \
 	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(SPARK35_PY) -m pytest --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
 	echo "$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS)$${spark35:+ (and the Spark 3.5 run beside it, output below)}"; \
 	$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS); cluster=$$?; [ $$cluster = 5 ] && cluster=0; \
 	s35=0; if [ -n "$$spark35" ]; then wait $$spark35; s35=$$?; echo "--- $(SPARK35_PY) -m pytest $(SPARK35_TESTS)"; cat $(SPARK35_LOG); fi; \
-	exit $$(( cluster || s35 ))
+	$(STOP_DOCKERD); exit $$(( cluster || s35 ))
 
 # The inner loop: every test not marked slow or cluster (units, delta-rs, MLflow, moto, single Spark
 # stages), on the same two workers; no Horovod build, no Chromium, no Spark 3.5.
@@ -132,10 +139,13 @@ docker:
 	@command -v docker >/dev/null && command -v debootstrap >/dev/null || { echo "the container tier needs" \
 		"Docker and debootstrap: run 'sudo apt-get install -y docker.io debootstrap docker-compose'" >&2; exit 1; }
 
+DOCKERD_PID := $(DLTRAIN_HOME)/dockerd.pid
+STOP_DOCKERD = if [ -f $(DOCKERD_PID) ]; then kill $$(cat $(DOCKERD_PID)) 2>/dev/null; rm -f $(DOCKERD_PID); fi
+IMAGES_LOG := $(DLTRAIN_HOME)/images.log
 dockerd: docker
 	@docker info >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] || { echo "start the Docker daemon" \
 		"(sudo systemctl start docker)" >&2; exit 1; }; mkdir -p $(DLTRAIN_HOME); \
-		nohup /usr/sbin/dockerd > $(DLTRAIN_HOME)/dockerd.log 2>&1 & \
+		nohup /usr/sbin/dockerd > $(DLTRAIN_HOME)/dockerd.log 2>&1 & echo $$! > $(DOCKERD_PID); \
 		for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done; docker info >/dev/null; }
 
 # Every image (docker/images.py): built from a local Debian base, tagged by the hash of its inputs, so

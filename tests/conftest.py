@@ -218,7 +218,14 @@ def _test_keeps_mlflow_env():
 
 def pytest_collection_modifyitems(config, items):
     """``slow`` tests first, so that ``make test``'s workers (``-n 2 --dist loadfile``) start the long
-    files at once and the short ones fill in at the end; ``tests/cluster`` stays last (its own hook, run
-    before this one: the sort is stable)."""
+    files at once and the short ones fill in at the end; the container tier after them (its images are
+    built in the background meanwhile), one file per worker; ``tests/cluster`` stays last (its own
+    hook, run before this one: the sort is stable)."""
     cluster = REPO / "tests" / "cluster"
-    items.sort(key=lambda item: (cluster in Path(str(item.path)).parents, "slow" not in item.keywords))
+    items.sort(
+        key=lambda item: (
+            cluster in Path(str(item.path)).parents,
+            "containers" in item.keywords,
+            "slow" not in item.keywords,
+        )
+    )

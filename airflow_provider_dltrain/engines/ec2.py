@@ -36,6 +36,7 @@ from airflow_provider_dltrain.engines.ec2_instances import (
     terminate_job,
 )
 from airflow_provider_dltrain.engines.ec2_plan import (
+    CONTROLLERS,
     HOROVODRUN,
     LAUNCHERS,
     NodePlan,
@@ -64,6 +65,9 @@ class Ec2Engine(TrainingEngine):
     :param instance_count: number of nodes (rank 0 is the master / the horovodrun launcher).
     :param procs_per_node: ranks per node (GPUs per instance on GPU types).
     :param launcher: ``"torchrun"`` or ``"horovodrun"``.
+    :param horovod_controller: how ``horovodrun`` starts the other nodes' ranks: ``"gloo"`` (its own
+        runner over SSH) or ``"mpi"`` (``mpirun`` over SSH: the AMI needs Open MPI and a Horovod built
+        with MPI).
     :param image_id: AMI id; default resolved from ``ami_parameter`` (an SSM public parameter).
     :param instance_profile: instance profile name or ARN: the role the job runs as (S3, MLflow secret).
     :param subnet_id: subnet of every node (one subnet keeps the nodes close).
@@ -91,6 +95,7 @@ class Ec2Engine(TrainingEngine):
         instance_count: int = 2,
         procs_per_node: int = 1,
         launcher: str = "torchrun",
+        horovod_controller: str = "gloo",
         image_id: str | None = None,
         ami_parameter: str = DEFAULT_AMI_PARAMETER,
         instance_profile: str | None = None,
@@ -109,6 +114,10 @@ class Ec2Engine(TrainingEngine):
     ) -> None:
         if launcher not in LAUNCHERS:
             raise InvalidSpecError(f"ec2 launcher must be one of {LAUNCHERS}, got {launcher!r}")
+        if horovod_controller not in CONTROLLERS:
+            raise InvalidSpecError(
+                f"ec2 horovod_controller must be one of {CONTROLLERS}, got {horovod_controller!r}"
+            )
         if int(instance_count) < 1 or int(procs_per_node) < 1 or int(max_minutes) < 1:
             raise InvalidSpecError("ec2 instance_count, procs_per_node and max_minutes must be >= 1")
         self.clients = clients
@@ -120,6 +129,7 @@ class Ec2Engine(TrainingEngine):
         self.instance_count = int(instance_count)
         self.procs_per_node = int(procs_per_node)
         self.launcher = launcher
+        self.horovod_controller = horovod_controller
         self.image_id = image_id
         self.ami_parameter = ami_parameter
         self.instance_profile = instance_profile
@@ -203,6 +213,7 @@ class Ec2Engine(TrainingEngine):
             master_addr=master,
             master_port=self.master_port,
             launcher=self.launcher,
+            controller=self.horovod_controller,
             entry=entry,
             run_uri=run_uri,
             status_uri=f"{run_uri}/status.json",

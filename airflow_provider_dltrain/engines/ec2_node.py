@@ -72,6 +72,9 @@ def job_env(plan):
     the instance's role, so it never appears in the user data, the plan or the control plane's logs.
     """
     env = dict(os.environ)
+    if plan.get("controller") == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        # user data runs as root, and Open MPI's mpirun refuses root unless both are set
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update({k: str(v) for k, v in (plan.get("env") or {}).items()})
     secrets = plan.get("secret_env") or {}
     if secrets:
@@ -100,11 +103,11 @@ def torchrun_argv(plan, script):
 
 
 def horovodrun_argv(plan, script, hosts):
-    """``horovodrun --gloo`` over every node, started from rank 0 through the run's SSH key."""
+    """``horovodrun --gloo`` (or ``--mpi``: mpirun) over every node, from rank 0 through the run's SSH key."""
     per_node = plan["procs_per_node"]
     return [
         "horovodrun",
-        "--gloo",
+        "--mpi" if plan.get("controller") == "mpi" else "--gloo",
         "-np",
         str(per_node * len(hosts)),
         "-H",
@@ -180,6 +183,9 @@ def run_node(plan, workdir):
     exit_code, error = 1, ""
     try:
         if plan["launcher"] == "horovodrun" and rank != 0:
+            # rank 0's horovodrun starts this node's ranks over SSH with the same command line, so
+            # the entry script must be here too, at the same path
+            fetch_entry(plan, workdir)
             exit_code = wait_for_rank0(plan)
         else:
             argv = launcher_argv(plan, fetch_entry(plan, workdir))

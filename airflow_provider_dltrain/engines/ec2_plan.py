@@ -20,6 +20,8 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 TORCHRUN, HOROVODRUN = "torchrun", "horovodrun"
 LAUNCHERS = (TORCHRUN, HOROVODRUN)
+# how horovodrun starts the ranks on the other hosts: its own Gloo runner over SSH, or mpirun over SSH
+CONTROLLERS = ("gloo", "mpi")
 PLAN_EOF, NODE_EOF = "DLTRAIN_PLAN", "DLTRAIN_NODE"
 # EC2 refuses user data above 16 KiB (before base64).
 USER_DATA_LIMIT = 16 * 1024
@@ -49,6 +51,7 @@ class NodePlan:
     env: dict[str, str] = field(default_factory=dict)
     secret_env: dict[str, str] = field(default_factory=dict)
     network_interface: str | None = None
+    controller: str = "gloo"  # horovodrun only: one of CONTROLLERS
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1)
@@ -71,6 +74,8 @@ def render_user_data(
     """The node's bash user data; refuses a script EC2 would refuse (over 16 KiB)."""
     if plan.launcher not in LAUNCHERS:
         raise InvalidSpecError(f"launcher must be one of {LAUNCHERS}, got {plan.launcher!r}")
+    if plan.controller not in CONTROLLERS:
+        raise InvalidSpecError(f"controller must be one of {CONTROLLERS}, got {plan.controller!r}")
     plan_json, runner = plan.to_json(), node_runner_source()
     for eof, body in ((PLAN_EOF, plan_json), (NODE_EOF, runner)):
         if eof in body.splitlines():

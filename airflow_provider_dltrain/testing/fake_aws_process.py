@@ -124,8 +124,10 @@ class FakeAws:
 
     def leaks(self) -> list[str]:
         """Every cluster, job run, started application, training job or instance still alive (and in
-        container mode every container or network of this fake)."""
-        return leaks(self.endpoint_url) + (container_leaks(self.instance) if self.instance else [])
+        container mode every container of this fake; the instances' network lives as long as the fake)."""
+        return leaks(self.endpoint_url) + (
+            container_leaks(self.instance, networks=False) if self.instance else []
+        )
 
     def live_job_processes(self) -> list[int]:
         """Process group ids of the jobs this fake started that still have a live process."""
@@ -168,13 +170,12 @@ def _server_env() -> dict[str, str]:
     return env
 
 
-def container_leaks(instance: str) -> list[str]:
-    """Containers and networks a fake in container mode created that still exist."""
+def container_leaks(instance: str, *, networks: bool = True) -> list[str]:
+    """Containers (and networks) a fake in container mode created that still exist."""
     from airflow_provider_dltrain.testing.local_executor import labelled
 
-    return [f"container {n}" for n in labelled("ps", instance)] + [
-        f"network {n}" for n in labelled("network", instance)
-    ]
+    left = [f"container {n}" for n in labelled("ps", instance)]
+    return left + ([f"network {n}" for n in labelled("network", instance)] if networks else [])
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ SHUTDOWN_STUB = """#!/bin/sh
 echo "$@" >> "${DLTRAIN_NODE_DIR:-/var/lib/dltrain}/shutdown.log"
 """
 # In a container: the AMI's boot starts sshd (Horovod's ranks are started over SSH), then the user data.
-BOOT = "/usr/sbin/sshd && exec bash /var/lib/dltrain/user_data.sh"
+BOOT = "mkdir -p /run/sshd && /usr/sbin/sshd && exec bash /var/lib/dltrain/user_data.sh"
 CONTAINER_PATH = "/opt/fake-ec2/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -144,7 +144,13 @@ def test_two_instances_run_torchrun_over_loopback_and_end_terminated(ec2_env):
         tags = {t["Key"]: t["Value"] for t in instances[first]["Tags"]}
         assert tags["dltrain:run_id"] == staged.spec.identity.run_id and tags["dltrain:node_rank"] == "0"
         status = wait(engine, handle, poll_interval=0.3, timeout=120)
-        assert outcome(engine, handle, status) == {"world": 2, "sum": 3.0, "node": "0"}
+        result = outcome(engine, handle, status)
+        assert {k: result[k] for k in ("world", "sum", "node", "controller")} == {
+            "world": 2,
+            "sum": 3.0,
+            "node": "0",
+            "controller": "torch",
+        }
     finally:
         engine.teardown(handle)
     assert {i["State"]["Name"] for i in _instances(ec2_env, handle.ids["job_name"])} == {"terminated"}

@@ -16,6 +16,7 @@ def main(uri: str, ds: str, n: int) -> None:
         F.array(*[F.col("id").cast("float")] * 8).alias("features"),
         F.concat(F.lit("file-"), F.col("id").cast("string")).alias("source_file"),
     )
+    print("WRITING", flush=True)
     result = write_dataframe(df, uri, {"ds": ds})
     print(f"COMMITTED version={result.ref.version} rows={result.rows_written}", flush=True)
 
