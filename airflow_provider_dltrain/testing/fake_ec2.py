@@ -71,10 +71,9 @@ class NodeNetwork:
         with self.lock:
             if self.subnet is not None:
                 return
-            for _ in range(
-                20
-            ):  # a random 10.x.y.0/24: another fake, or a network of the machine, may hold one
-                subnet = ipaddress.ip_network(f"10.{random.randint(16, 250)}.{random.randint(0, 255)}.0/24")
+            # a random 10.x.y.0/24: another fake, or a network of the machine, may hold one
+            for _ in range(20):
+                subnet = ipaddress.IPv4Network(f"10.{random.randint(16, 250)}.{random.randint(0, 255)}.0/24")
                 gateway = str(next(subnet.hosts()))
                 create = subprocess.run(
                     [
