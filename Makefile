@@ -44,7 +44,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints
+.PHONY: install demo test test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -79,7 +79,7 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
 	@mkdir -p $(DLTRAIN_HOME); \
 	( $(PYTHON) docker/images.py build $(TEST_IMAGES) > $(IMAGES_LOG) 2>&1 || echo "image build failed: see $(IMAGES_LOG)" >&2 ) & images=$$!; \
-	$(PY) -m pytest $(XDIST) -m "not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
+	$(PY) -m pytest $(XDIST) -m "not cluster and not stack" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
 	wait $$images; [ $$main = 0 ] || { $(STOP_DOCKERD); exit $$main; }
 	@mkdir -p $(DLTRAIN_HOME); \
 	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(SPARK35_PY) -m pytest --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
@@ -87,6 +87,13 @@ test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS
 	$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS); cluster=$$?; [ $$cluster = 5 ] && cluster=0; \
 	s35=0; if [ -n "$$spark35" ]; then wait $$spark35; s35=$$?; echo "--- $(SPARK35_PY) -m pytest $(SPARK35_TESTS)"; cat $(SPARK35_LOG); fi; \
 	$(STOP_DOCKERD); exit $$(( cluster || s35 ))
+
+# The deployment: docker/compose.yaml (+ compose.offline.yaml) on the Airflow and Postgres images, the
+# nightly for 5 dates, then a backfill of them from the UI in Chromium, two runs at a time (about
+# 15 min once the images exist; building the Airflow image takes about 5 more). Not part of `make test`.
+test-stack: install chromium dockerd
+	$(PYTHON) docker/images.py build airflow postgres >/dev/null
+	$(PY) -m pytest -p no:xdist -m stack tests/stack $(PYTEST_ARGS); rc=$$?; $(STOP_DOCKERD); exit $$rc
 
 # The inner loop: every test not marked slow or cluster (units, delta-rs, MLflow, moto, single Spark
 # stages), on the same two workers; no Horovod build, no Chromium, no Spark 3.5.

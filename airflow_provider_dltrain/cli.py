@@ -8,6 +8,14 @@ import sys
 from datetime import date
 
 from airflow_provider_dltrain.demo import paths
+from airflow_provider_dltrain.demo.seed import PER_DAY
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _date(text: str) -> date:
@@ -20,7 +28,7 @@ def _date(text: str) -> date:
 def cmd_demo_seed(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.demo.seed import seed
 
-    for day in seed(paths.landing(), args.start, args.days):
+    for day in seed(paths.landing(), args.start, args.days, per_day=args.per_day):
         state = "seeded" if day.created else "already seeded"
         print(f"{day.ds}: {state} {day.images} images ({day.broken} deliberately broken) in {day.path}")
     return 0
@@ -147,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     seed = demo.add_parser("seed", help="seed the landing zone with daily folders of digit PNGs")
     seed.add_argument("--start", type=_date, required=True)
     seed.add_argument("--days", type=int, default=3)
+    seed.add_argument("--per-day", type=_positive, default=PER_DAY, help=f"images per day (default {PER_DAY})")
     seed.set_defaults(func=cmd_demo_seed)
     run = demo.add_parser("run", help="seed if needed, then run the demo DAGs for consecutive dates")
     run.add_argument("--start", type=_date, required=True)

@@ -28,7 +28,7 @@ with DAG(
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(2026, 11, 1),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=2,  # each run writes its own partition: dates side by side commit independently
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
     params={"force": Param(False, type="boolean", description="ingest even when the inputs are unchanged")},
     tags=["dltrain", "ingest"],

@@ -15,6 +15,12 @@ For the run covering [D, D+1):
    then no model is loaded and no Spark started; trigger with ``{"force": true}`` to score anyway);
 5. log and return the lineage of the predictions.
 
+Two runs may be active at once (a backfill from the UI runs dates side by side): waiting for the
+partition, scoring and lineage overlap, but ``train`` waits until the previous date's ``train`` and
+``register`` are done (``depends_on_past`` + ``wait_for_downstream``), so every date's training decision
+and gate see the champion the dates before it left, as one nightly after the other would. A failed
+day therefore holds the next day's training until it is fixed, re-run or marked done.
+
 Hyper-parameters are a DAG param: trigger with ``{"hparams": {...}}`` to change them.
 """
 
@@ -47,7 +53,7 @@ with DAG(
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(2026, 11, 1),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=2,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
     params={
         "hparams": Param(HPARAMS, type="object", description="hyper-parameters of the digits CNN"),
@@ -79,6 +85,9 @@ with DAG(
         experiment_name=MODEL,
         skip_if_unchanged=MODEL,
         aws_conn_id=paths.aws_conn_id(),
+        # dates train and register in date order, also when runs overlap (see above)
+        depends_on_past=True,
+        wait_for_downstream=True,
     )
     registered = RegisterModelOperator(
         task_id="register",

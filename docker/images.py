@@ -13,6 +13,7 @@ Images (``docker/Dockerfile*``; each takes its parent as ``BASE_IMAGE``):
 - ``train``: ``docker/Dockerfile.train`` (SageMaker jobs, EC2 cluster nodes).
 - ``glue`` / ``emr``: the two targets of ``docker/Dockerfile.jobs``.
 - ``airflow``: ``docker/Dockerfile``, Airflow and this provider with the constraints file (the compose stack).
+- ``postgres``: ``docker/Dockerfile.postgres``, Debian's PostgreSQL behind the official image's contract.
 
 A tag is ``dltrain/<name>:<16 hex>``, the SHA-256 of the image's recipe: its Dockerfile and target, build
 arguments, every file it copies, and its parent's tag. An image whose tag exists is not rebuilt, so a
@@ -86,6 +87,7 @@ IMAGES = {
             inputs=("constraints", "docker/glue-run"),
         ),
         Image("emr", "docker/Dockerfile.jobs", parent="base", target="emr", inputs=("docker/emr-run",)),
+        Image("postgres", "docker/Dockerfile.postgres", parent="base", inputs=("docker/postgres-entry",)),
         Image(
             "airflow",
             "docker/Dockerfile",

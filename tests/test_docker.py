@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 import subprocess
@@ -134,11 +135,13 @@ def test_compose_file_parses_and_names_only_existing_builds_files_and_services()
 def test_compose_ports_are_unique_and_match_what_each_service_listens_on():
     services = _compose()["services"]
     published = [p for s in services.values() for p in s.get("ports", [])]
-    host_ports = [p.split(":")[0] for p in published]
+    # "${DLTRAIN_S3_PORT:-8333}:8333": the host side may be a variable with its default
+    host_ports = [p.rsplit(":", 1)[0] for p in published]
     assert len(host_ports) == len(set(host_ports)), host_ports
+    assert len({re.sub(r"\$\{\w+:-(\d+)\}", r"\1", p) for p in host_ports}) == len(host_ports), host_ports
     for name, service in services.items():
         for mapping in service.get("ports", []):
-            container = int(mapping.split(":")[1])
+            container = int(mapping.rsplit(":", 1)[1])
             assert container in _listening_ports(service), (
                 f"{name} publishes {container} but listens elsewhere"
             )
@@ -152,7 +155,40 @@ def test_compose_ports_are_unique_and_match_what_each_service_listens_on():
         assert host in services and int(port) in _listening_ports(services[host]), (host, port)
 
 
+def test_the_offline_file_swaps_only_the_images_and_the_s3_store():
+    """docker-compose itself merges compose.yaml and compose.offline.yaml (no engine needed)."""
+    env = {
+        **os.environ,
+        "POSTGRES_PASSWORD": "p",
+        "AIRFLOW_JWT_SECRET": "j",
+        "DLTRAIN_S3_ACCESS_KEY": "a",
+        "DLTRAIN_S3_SECRET_KEY": "s",
+        "AIRFLOW_ADMIN_PASSWORD": "w",
+        "DLTRAIN_AIRFLOW_IMAGE": "dltrain/airflow:x",
+        "DLTRAIN_POSTGRES_IMAGE": "dltrain/postgres:y",
+    }
+    files = ["-f", str(DOCKER / "compose.yaml"), "-f", str(DOCKER / "compose.offline.yaml")]
+    merged = subprocess.run(
+        ["docker-compose", *files, "config"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert merged.returncode == 0, merged.stderr
+    services = yaml.safe_load(merged.stdout)["services"]
+    assert set(services) == set(_compose()["services"])
+    assert services["postgres"]["image"] == "dltrain/postgres:y"
+    assert services["s3"]["image"] == services["scheduler"]["image"] == "dltrain/airflow:x"
+    assert services["s3"]["entrypoint"] == ["dltrain", "fake-aws"] and "8333" in services["s3"]["command"]
+    assert int(services["scheduler"]["environment"]["AIRFLOW__CORE__PARALLELISM"]) >= 4
+    missing = subprocess.run(
+        ["docker-compose", *files, "config"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "DLTRAIN_POSTGRES_IMAGE"},
+        timeout=60,
+    )
+    assert missing.returncode != 0 and "docker/images.py build postgres" in missing.stderr
+
+
 def test_shell_scripts_of_docker_parse():
-    for script in ("build_horovod.sh", "train"):
+    for script in ("build_horovod.sh", "train", "glue-run", "emr-run", "postgres-entry"):
         check = subprocess.run(["bash", "-n", str(DOCKER / script)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr

@@ -43,7 +43,12 @@ def bucket_name(text: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free one)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container that other containers reach)",
+    )
     parser.add_argument(
         "--bucket",
         action="append",
@@ -145,10 +150,10 @@ def serve(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.testing.local_executor import ContainerMode, LocalCloudExecutor
 
     moto_server.install()  # conditional puts (every Delta commit) atomic, as on S3
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
+    server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    endpoint = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"  # what this machine dials
 
     containers = None
     if args.images:

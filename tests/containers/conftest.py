@@ -11,7 +11,6 @@ network either.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.images import ensure_images
 
 REPO = Path(__file__).resolve().parents[2]
 # the engine tests' job modules (transforms, training functions, the EC2 stand-in entry)
@@ -29,20 +30,9 @@ VENV_PACK = "venv-pack==0.2.0"
 ARCHIVE_PACKAGES = ("boto3", "pyarrow", "pandas", "numpy", "tenacity")
 
 
-def _builder():
-    spec = importlib.util.spec_from_file_location("dltrain_images", REPO / "docker" / "images.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def images() -> dict[str, str]:
-    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode:
-        pytest.fail("the container tier needs a running Docker daemon: `make test` starts one (make dockerd)")
-    return _builder().ensure(list(IMAGES))
+    return ensure_images(list(IMAGES))
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,12 @@ MODEL = "dltrain_digits"
 
 
 def create_backfill(
-    api: AirflowApi, dag_id: str, dates: list[str], conf: dict | None = None, reprocess: str = "none"
+    api: AirflowApi, dag_id: str, dates: list[str], conf: dict | None = None, reprocess: str = "failed"
 ) -> int:
-    """``POST /api/v2/backfills`` (the call the UI's backfill form makes); returns the backfill id."""
+    """``POST /api/v2/backfills`` (the call the UI's backfill form makes); returns the backfill id.
+
+    ``failed`` is the form's "Missing and Errored Runs": Airflow refuses "Missing Runs" (``none``) for
+    a DAG with ``depends_on_past`` tasks, as the retrain DAG's ``train`` is."""
     body = {
         "dag_id": dag_id,
         "from_date": f"{dates[0]}T00:00:00Z",
@@ -59,16 +62,20 @@ def running_backfill(api: AirflowApi, dag_id: str, first: str, last: str) -> int
     return None
 
 
-def partition_rows(uri: str, ds: str) -> list[str]:
-    """The rows of partition ``ds`` of a local Delta table, as sorted JSON lines."""
+def partition_rows(uri: str, ds: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """The rows of partition ``ds`` of a Delta table, as sorted JSON lines."""
     import pyarrow.dataset as pads
 
-    table = lake.open_table(uri).to_pyarrow_dataset().to_table(filter=pads.field("ds") == ds)
+    table = lake.open_table(uri, storage_options=storage_options)
+    table = table.to_pyarrow_dataset().to_table(filter=pads.field("ds") == ds)
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
 
 
-def snapshot(dates: list[str], tracking_uri: str | None = None) -> dict[str, Any]:
-    """Predictions per date, table versions, model versions and champions of the demo under ``$DLTRAIN_HOME``."""
+def snapshot(
+    dates: list[str], tracking_uri: str | None = None, storage_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Predictions per date, table versions, model versions and champions of the demo's lake
+    (``$DLTRAIN_LAKE_URI``, else under ``$DLTRAIN_HOME``)."""
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.registry import champion_as_of
     from airflow_provider_dltrain.registry.config import TrackingConfig
@@ -77,9 +84,10 @@ def snapshot(dates: list[str], tracking_uri: str | None = None) -> dict[str, Any
     client = tracking.client()
     predictions = paths.table("digit_predictions")
     return {
-        "predictions": {ds: partition_rows(predictions, ds) for ds in dates},
+        "predictions": {ds: partition_rows(predictions, ds, storage_options) for ds in dates},
         "table_versions": {
-            name: lake.open_table(paths.table(name)).version() for name in ("digits", "digit_predictions")
+            name: lake.open_table(paths.table(name), storage_options=storage_options).version()
+            for name in ("digits", "digit_predictions")
         },
         "model_versions": sorted(int(v.version) for v in client.search_model_versions(f"name='{MODEL}'")),
         "live_champion": client.get_model_version_by_alias(MODEL, "champion").version,
@@ -93,6 +101,7 @@ def assert_reran_and_reproduced(
     dates: list[str],
     before: dict[str, Any],
     tracking_uri: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> None:
     """Every run of ``dates`` succeeded with ``train`` skipped, and ``snapshot`` is unchanged."""
     assert {r["state"] for r in runs} == {"success"}, runs
@@ -102,8 +111,7 @@ def assert_reran_and_reproduced(
             "GET", f"/api/v2/dags/dltrain_retrain/dagRuns/{run['dag_run_id']}/taskInstances/train"
         )
         assert train["state"] == "skipped", (ds, train)  # it really ran again, and found nothing to retrain
-    after = snapshot(
-        list(before["predictions"]), tracking_uri
-    )  # every date of the snapshot, not only the re-run ones
+    # every date of the snapshot, not only the re-run ones
+    after = snapshot(list(before["predictions"]), tracking_uri, storage_options)
     for key in before:
         assert after[key] == before[key], f"the re-run changed {key}"
