@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     seed = demo.add_parser("seed", help="seed the landing zone with daily folders of digit PNGs")
     seed.add_argument("--start", type=_date, required=True)
     seed.add_argument("--days", type=int, default=3)
-    seed.add_argument("--per-day", type=_positive, default=PER_DAY, help=f"images per day (default {PER_DAY})")
+    seed.add_argument(
+        "--per-day", type=_positive, default=PER_DAY, help=f"images per day (default {PER_DAY})"
+    )
     seed.set_defaults(func=cmd_demo_seed)
     run = demo.add_parser("run", help="seed if needed, then run the demo DAGs for consecutive dates")
     run.add_argument("--start", type=_date, required=True)
