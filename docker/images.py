@@ -7,9 +7,10 @@
 
 Images (``docker/Dockerfile*``; each takes its parent as ``BASE_IMAGE``):
 
-- ``base``: Debian bookworm (debootstrap, minbase) with Python 3.11 as ``/usr/local/bin/python`` (a venv
-  over Debian's python3, what ``python:3.11-slim`` provides) and the host's CA bundle, so that pip and
-  apt work behind a TLS-intercepting proxy. Built locally: no registry is needed.
+- ``base``: Debian bookworm (debootstrap, minbase) with the CPython running this script as
+  ``/usr/local/bin/python`` (what ``python:3.11-slim`` provides: a CPython of its own, not Debian's
+  3.11.2, which some pinned packages refuse) and the host's CA bundle, so that pip and apt work behind
+  a TLS-intercepting proxy. Built locally: no registry is needed.
 - ``train``: ``docker/Dockerfile.train`` (SageMaker jobs, EC2 cluster nodes).
 - ``glue`` / ``emr``: the two targets of ``docker/Dockerfile.jobs``.
 - ``airflow``: ``docker/Dockerfile``, Airflow and this provider with the constraints file (the compose stack).
@@ -47,7 +48,14 @@ LABEL = "dltrain.image"
 SUITE = "bookworm"
 MIRROR = os.environ.get("DLTRAIN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CA_BUNDLE = Path(os.environ.get("DLTRAIN_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
-BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+# ca-certificates, and the libraries CPython's extension modules link (ssl, ctypes, sqlite3, bz2, lzma,
+# readline, uuid, zlib)
+BASE_PACKAGES = "ca-certificates,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libuuid1,zlib1g"
+# The CPython of the base: the build this script runs on (what the constraints file was made with).
+# Debian bookworm's own python3 is 3.11.2, older than some pinned packages accept (soupsieve 4.1.3
+# needs 3.11.5), so the interpreter is copied in, as python:3.11-slim carries a CPython of its own.
+BASE_PYTHON = Path(os.environ.get("DLTRAIN_BASE_PYTHON", sys.base_prefix))
+PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 TORCH_VERSION = os.environ.get("TORCH_VERSION", "2.13.0")
 HOROVOD_VERSION = os.environ.get("HOROVOD_VERSION", "0.28.1")
 HOROVOD_CACHE = Path(
@@ -154,8 +162,8 @@ def tag(name: str, _memo: dict[str, str] = {}) -> str:  # noqa: B006 - a per-pro
     digest = hashlib.sha256()
     if image.dockerfile is None:
         # the recipe's syntax tree, not its text: reformatting the code does not rebuild the base
-        recipe = ast.dump(ast.parse(inspect.getsource(build_base)))
-        for part in (SUITE, MIRROR, BASE_PACKAGES, recipe):
+        recipe = "".join(ast.dump(ast.parse(inspect.getsource(f))) for f in (build_base, install_python))
+        for part in (SUITE, MIRROR, BASE_PACKAGES, recipe, str(BASE_PYTHON), sys.version):
             digest.update(part.encode())
         digest.update(CA_BUNDLE.read_bytes() if CA_BUNDLE.exists() else b"")
     else:
@@ -183,8 +191,7 @@ def build_base(target: str) -> None:
         )
         if CA_BUNDLE.exists():  # the proxy's CA, if any, is in the host's bundle (see the docstring)
             shutil.copy(CA_BUNDLE, root / "etc/ssl/certs/ca-certificates.crt")
-        # /usr/local/bin/python: what the python:3.11-slim images give, and what the Dockerfiles use
-        subprocess.run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", "/usr/local"], check=True)
+        install_python(root / "usr/local")
         subprocess.run(["chroot", str(root), "apt-get", "clean"], check=True)
         shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
         (root / "var/lib/apt/lists/partial").mkdir(parents=True)
@@ -208,6 +215,35 @@ def build_base(target: str) -> None:
             raise SystemExit("images: tar of the base rootfs failed")
 
 
+def install_python(local: Path) -> None:
+    """BASE_PYTHON's interpreter, standard library and headers under ``local`` (the rootfs's /usr/local),
+    as python:3.11-slim lays them out, with pip from ``ensurepip``; none of its installed packages."""
+    if not (BASE_PYTHON / "bin" / PY).exists() or BASE_PYTHON == Path("/usr"):
+        raise SystemExit(
+            f"images: {BASE_PYTHON} is not a CPython installation of its own: run this script with one "
+            "(pyenv's, or a source build), or set DLTRAIN_BASE_PYTHON to its prefix"
+        )
+    lib = BASE_PYTHON / "lib"
+    # neither its packages, nor the test suites, nor the static libpython (44 MB: for embedding only)
+    skip = shutil.ignore_patterns("site-packages", "test", "tests", "idle_test", "__pycache__", "*.pyc", "*.a")
+    shutil.copytree(lib / PY, local / "lib" / PY, ignore=skip, symlinks=True)
+    (local / "lib" / PY / "site-packages").mkdir()
+    for shared in lib.glob(f"lib{PY}.so*"):
+        shutil.copy2(shared, local / "lib" / shared.name, follow_symlinks=False)
+    shutil.copytree(BASE_PYTHON / "include", local / "include", symlinks=True, dirs_exist_ok=True)
+    (local / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(BASE_PYTHON / "bin" / PY, local / "bin" / PY)
+    for alias in ("python3", "python"):
+        (local / "bin" / alias).symlink_to(PY)
+    rootfs = local.parents[1]
+    subprocess.run(["chroot", str(rootfs), "ldconfig"], check=True)
+    subprocess.run(
+        ["chroot", str(rootfs), f"/usr/local/bin/{PY}", "-m", "ensurepip", "--default-pip"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def build(name: str) -> str:
     """Build ``name`` (and its parents) unless its tag exists; return the tag."""
     image = IMAGES[name]
@@ -221,7 +257,8 @@ def build(name: str) -> str:
     if image.dockerfile is None:
         build_base(target)
     else:
-        command = ["build", "-f", image.dockerfile, "-t", target, "--label", f"{LABEL}={name}"]
+        # --force-rm: a failed step's container goes too, not only a successful one's
+        command = ["build", "--force-rm", "-f", image.dockerfile, "-t", target, "--label", f"{LABEL}={name}"]
         command += ["--build-arg", f"BASE_IMAGE={tag(image.parent or 'base')}"]
         for key, value in image.build_args.items():
             command += ["--build-arg", f"{key}={value}"]

@@ -30,6 +30,7 @@ import os
 import pickle
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -97,9 +98,10 @@ class ForkedDDPBackend:
             result,
         )
         tails = [_Tail(os.path.join(logs, f"rank-{r}.log"), r) for r in range(self.num_processes)]
-        context = tmp.start_processes(
-            _rank_main, args=args, nprocs=self.num_processes, join=False, start_method="forkserver"
-        )
+        with _without_main_script():
+            context = tmp.start_processes(
+                _rank_main, args=args, nprocs=self.num_processes, join=False, start_method="forkserver"
+            )
         try:
             while not context.join(timeout=0.5):
                 for tail in tails:
@@ -124,6 +126,29 @@ class ForkedDDPBackend:
             with contextlib.suppress(OSError):
                 os.remove(result)
         return dict(report)
+
+
+@contextlib.contextmanager
+def _without_main_script() -> Iterator[None]:
+    """Start processes without running this program's main script again in them.
+
+    multiprocessing runs the parent's ``__main__`` file again in every child it starts (as
+    ``__mp_main__``) when the program was started as a script rather than with ``-m``. An Airflow
+    worker is the console script ``airflow``: its task processes carry a database URL Airflow made
+    unusable on purpose, and ``import airflow`` in a rank then fails before the rank starts. The ranks
+    need nothing from the main script (the job is pickled by value, see ``pickling``), so its path
+    is hidden while they are started, as it is under ``python -m``.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def warm_up() -> None:

@@ -114,3 +114,38 @@ def test_ranks_end_with_the_process_that_launched_them(digits_ref, tmp_path):
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+SCRIPT = """
+import sys
+if __name__ != "__main__":  # what a console script such as Airflow's `airflow` cannot survive
+    raise SystemExit(f"the launcher's main script ran again in a rank, as {__name__}")
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training import run_training
+result = run_training("training_fns:probe_train", sys.argv[1], {"trace_dir": sys.argv[2]},
+                      tracking=TrackingConfig(tracking_uri=sys.argv[3]), backend="ddp",
+                      backend_options={"num_processes": 2})
+print("TRAINED", result.world_size)
+"""
+
+
+def test_a_program_started_as_a_script_is_not_run_again_in_its_ranks(digits_ref, tmp_path):
+    # An Airflow worker runs tasks under the `airflow` console script: a path, not `python -m`
+    script = tmp_path / "launcher.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            digits_ref.to_json(),
+            str(tmp_path),
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "TRAINED 2" in done.stdout, done.stderr[-3000:]
+    assert all((tmp_path / f"rank{r}.json").exists() for r in (0, 1))
