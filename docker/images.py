@@ -104,7 +104,6 @@ IMAGES = {
                 "docker/wheels",
                 "constraints",
                 "pyproject.toml",
-                "README.md",
                 "airflow_provider_dltrain",
                 "dags",
             ),

@@ -243,6 +243,7 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
         assert (created["from_date"][:10], created["to_date"][:10]) == (DAYS[0], DAYS[-1])
         runs = wait_for_backfill(api, created["id"], DAG, N_DAYS, timeout=1800)
         page.goto(f"/dags/{DAG}/runs")
+        expect(page.get_by_text(re.compile(r"^backfill__")).first).to_be_visible()
         page.screenshot(path=str(artifacts / "backfill-runs.png"))
         context.close()
         browser.close()
