@@ -27,7 +27,9 @@ import pytest
 from airflow_provider_dltrain.testing.fake_aws_process import FakeAws, start_fake_aws
 from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_for_backfill, wait_for_dag
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
+from tests.e2e.backfill_form import fill_backfill_form
 from tests.e2e.side_services import mlflow_server
+from tests.support.artifacts import artifact_dir
 
 # Minutes on a quiet machine; the first test also waits for the services and the backfills.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -52,13 +54,8 @@ SCORE_JOB = "dltrain-dltrain_retrain-score"
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory, request) -> Iterator[Path]:
-    root = os.environ.get("DLTRAIN_TEST_ARTIFACTS")
-    path = Path(root) / "ui-browser" if root else tmp_path_factory.mktemp("ui-browser")
-    path.mkdir(parents=True, exist_ok=True)
-    yield path
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\nUI screenshots and service logs: {path}")
+    with artifact_dir(tmp_path_factory, request, "ui-browser", "UI screenshots and service logs") as path:
+        yield path
 
 
 @pytest.fixture(scope="module")
@@ -215,22 +212,7 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
     before = snapshot(DAYS, stack["tracking_uri"])
     page.goto(f"/dags/{DAG}")
     with _shot_on_failure(page, artifacts, "backfill-form"):
-        page.get_by_test_id("trigger-dag-button").click()
-        dialog = page.get_by_role("dialog")
-        # the card's text, as a user clicks it: the radio input itself is visually hidden, and
-        # Playwright may find it outside the viewport while the dialog still opens
-        dialog.get_by_text("Run this Dag for a range of dates").click()
-        expect(dialog.get_by_role("radio", name="Backfill")).to_be_checked()
-        heading = page.get_by_role("heading", name=f"Run Backfill - {DAG}")
-        dialog = dialog.filter(has=heading)
-        for index, field in enumerate(("From", "To")):
-            dialog.get_by_test_id("datetime-input").nth(index).click()
-            # the picker of "From" may still be in the page when "To" opens: name the field's own box
-            page.get_by_role("textbox", name=field, exact=True).fill(DAY.replace("-", "/"))
-            page.get_by_placeholder("HH:mm").last.fill("00:00")
-            heading.click()
-        dialog.get_by_role("radio", name="All Runs").check(force=True)
-        expect(dialog.get_by_text(re.compile(r"1 runs? will be triggered"))).to_be_visible()
+        dialog = fill_backfill_form(page, DAG, DAY, DAY)
         page.screenshot(path=str(artifacts / "backfill-form.png"))
         dialog.get_by_role("button", name="Run Backfill").click()
         # On SQLite the api-server answers 503 ("Database is locked ... use PostgreSQL") while the

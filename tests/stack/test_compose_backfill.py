@@ -34,6 +34,8 @@ from airflow_provider_dltrain.lake.storage import s3_storage_options
 from tests.conftest import free_port
 from tests.e2e.airflow_services import AirflowApi, wait_for_backfill, wait_for_dag
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
+from tests.e2e.backfill_form import fill_backfill_form
+from tests.support.artifacts import artifact_dir
 from tests.support.images import REPO, ensure_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.timeout(3600)]
@@ -52,13 +54,10 @@ COMPOSE_FILES = [
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory, request) -> Iterator[Path]:
-    root = os.environ.get("DLTRAIN_TEST_ARTIFACTS")
-    path = Path(root) / "compose-stack" if root else tmp_path_factory.mktemp("compose-stack")
-    path.mkdir(parents=True, exist_ok=True)
-    yield path
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\ncompose stack screenshots and logs: {path}")
+    with artifact_dir(
+        tmp_path_factory, request, "compose-stack", "compose stack screenshots and logs"
+    ) as path:
+        yield path
 
 
 def _objects(project: str) -> list[str]:
@@ -217,20 +216,7 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(re.compile(rf"/dags/{DAG}"))
             page.screenshot(path=str(artifacts / "retrain-after-nightly.png"))
-            page.get_by_test_id("trigger-dag-button").click()
-            dialog = page.get_by_role("dialog")
-            dialog.get_by_text("Run this Dag for a range of dates").click()
-            expect(dialog.get_by_role("radio", name="Backfill")).to_be_checked()
-            heading = page.get_by_role("heading", name=f"Run Backfill - {DAG}")
-            dialog = dialog.filter(has=heading)
-            for index, (field, day) in enumerate((("From", DAYS[0]), ("To", DAYS[-1]))):
-                dialog.get_by_test_id("datetime-input").nth(index).click()
-                page.get_by_role("textbox", name=field, exact=True).fill(day.replace("-", "/"))
-                page.get_by_placeholder("HH:mm").last.fill("00:00")
-                heading.click()
-            dialog.get_by_role("radio", name="All Runs").check(force=True)
-            dialog.get_by_role("spinbutton").fill("2")  # Max Active Runs
-            expect(dialog.get_by_text(re.compile(rf"{N_DAYS} runs? will be triggered"))).to_be_visible()
+            dialog = fill_backfill_form(page, DAG, DAYS[0], DAYS[-1], max_active_runs=2)
             page.screenshot(path=str(artifacts / "backfill-form.png"))
             dialog.get_by_role("button", name="Run Backfill").click()
             expect(dialog).to_be_hidden()
