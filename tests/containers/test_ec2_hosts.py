@@ -10,18 +10,15 @@ import json
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-from engine_helpers import aws_client
+from engine_helpers import aws_client, staged_ec2_run
 
-from airflow_provider_dltrain.engines import RunIdentity, RunSpec, outcome, wait
-from airflow_provider_dltrain.engines.base import StagedRun
+from airflow_provider_dltrain.engines import outcome, wait
 from airflow_provider_dltrain.engines.ec2 import Ec2Engine
 from airflow_provider_dltrain.testing.local_executor import labelled
 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
-ENTRY = Path(__file__).resolve().parents[1] / "engines" / "ec2_entry.py"
 
 
 @pytest.fixture
@@ -30,28 +27,6 @@ def cluster(containers_aws):
     bucket = f"hosts-{uuid.uuid4().hex[:10]}"
     aws_client("s3", endpoint).create_bucket(Bucket=bucket)
     yield {"endpoint": endpoint, "bucket": bucket, "instance": containers_aws.instance}
-
-
-def _staged(env) -> StagedRun:
-    s3 = aws_client("s3", env["endpoint"])
-    identity = RunIdentity(dag_id="hosts_dag", run_id=f"r-{uuid.uuid4().hex[:6]}", task_id="train")
-    root = f"s3://{env['bucket']}/staging"
-    run = f"{root}/runs/{identity.task_key}/1"
-    spec = RunSpec(
-        stage="etl",
-        table_uri="s3://x/t",
-        partition={"ds": "d"},
-        params={},
-        identity=identity,
-        result_uri=f"{run}/result.json",
-    )
-    s3.put_object(Bucket=env["bucket"], Key="staging/code/ec2_entry.py", Body=ENTRY.read_bytes())
-    s3.put_object(
-        Bucket=env["bucket"], Key=f"staging/runs/{identity.task_key}/1/spec.json", Body=spec.to_json()
-    )
-    return StagedRun(
-        spec, f"{run}/spec.json", f"{root}/code/ec2_entry.py", f"{root}/code/none.zip", f"{run}/result.json"
-    )
 
 
 def _run_on_two_hosts(env, **options):
@@ -63,7 +38,7 @@ def _run_on_two_hosts(env, **options):
         max_minutes=30,
         **options,
     )
-    handle = engine.submit(_staged(env))
+    handle = engine.submit(staged_ec2_run(env["endpoint"], env["bucket"], {}, dag_id="hosts_dag"))
     try:
         ec2 = aws_client("ec2", env["endpoint"])
         described = ec2.describe_instances(InstanceIds=handle.ids["instance_ids"])

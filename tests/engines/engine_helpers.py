@@ -1,11 +1,20 @@
-"""boto3 clients for the fake AWS and the Airflow connection to it; shared by the engine tests."""
+"""boto3 clients for the fake AWS, the Airflow connection to it and a staged EC2 run; shared by the
+engine tests and the container tier."""
 
 from __future__ import annotations
+
+import uuid
+from pathlib import Path
 
 import boto3
 from botocore.config import Config
 
+from airflow_provider_dltrain.engines import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.base import StagedRun
 from airflow_provider_dltrain.testing.fake_aws_process import connection_json
+
+# The EC2 tests' entry: an all-reduce across the ranks (the real entry is tested with the operator).
+EC2_ENTRY = Path(__file__).with_name("ec2_entry.py")
 
 # A 500 from an unimplemented moto call is retried 4 times with backoff otherwise.
 TEST_CONFIG = Config(retries={"max_attempts": 1})
@@ -66,3 +75,38 @@ def submitted(endpoint: str) -> dict[str, int]:
         "sagemaker training jobs": training,
         "ec2 instances": instances,
     }
+
+
+def staged_ec2_run(
+    endpoint: str,
+    bucket: str,
+    params: dict,
+    *,
+    dag_id: str = "ec2_dag",
+    task_id: str = "train",
+    try_number: int = 1,
+) -> StagedRun:
+    """A run staged in ``s3://{bucket}/staging`` as the EC2 engine expects, its entry the all-reduce script."""
+    s3 = aws_client("s3", endpoint)
+    identity = RunIdentity(
+        dag_id=dag_id, run_id=f"r-{uuid.uuid4().hex[:6]}", task_id=task_id, try_number=try_number
+    )
+    root = f"s3://{bucket}/staging"
+    run = f"{root}/runs/{identity.task_key}/{try_number}"
+    spec = RunSpec(
+        stage="etl",
+        table_uri="s3://x/t",
+        partition={"ds": "d"},
+        params=params,
+        identity=identity,
+        result_uri=f"{run}/result.json",
+    )
+    s3.put_object(Bucket=bucket, Key="staging/code/ec2_entry.py", Body=EC2_ENTRY.read_bytes())
+    s3.put_object(
+        Bucket=bucket,
+        Key=f"staging/runs/{identity.task_key}/{try_number}/spec.json",
+        Body=spec.to_json().encode(),
+    )
+    return StagedRun(
+        spec, f"{run}/spec.json", f"{root}/code/ec2_entry.py", f"{root}/code/none.zip", f"{run}/result.json"
+    )

@@ -8,18 +8,15 @@ import json
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-from engine_helpers import aws_client
+from engine_helpers import aws_client, staged_ec2_run
 
-from airflow_provider_dltrain.engines import JobFailedError, RunIdentity, RunSpec, outcome, wait
+from airflow_provider_dltrain.engines import JobFailedError, RunIdentity, outcome, wait
 from airflow_provider_dltrain.engines.base import StagedRun
 from airflow_provider_dltrain.engines.ec2 import Ec2Engine
 from airflow_provider_dltrain.engines.ec2_node import horovodrun_argv, torchrun_argv
 from airflow_provider_dltrain.engines.ec2_plan import USER_DATA_LIMIT, parse_plan
-
-ENTRY = Path(__file__).with_name("ec2_entry.py")
 
 
 @pytest.fixture
@@ -36,30 +33,7 @@ def _engine(env, **options) -> Ec2Engine:
 
 
 def _staged(env, params, task_id="train", try_number=1) -> StagedRun:
-    """A staged run whose entry is the all-reduce script (the real entry is tested with the operator)."""
-    s3 = aws_client("s3", env["endpoint"])
-    identity = RunIdentity(
-        dag_id="ec2_dag", run_id=f"r-{uuid.uuid4().hex[:6]}", task_id=task_id, try_number=try_number
-    )
-    root = f"s3://{env['bucket']}/staging"
-    run = f"{root}/runs/{identity.task_key}/{try_number}"
-    spec = RunSpec(
-        stage="etl",
-        table_uri="s3://x/t",
-        partition={"ds": "d"},
-        params=params,
-        identity=identity,
-        result_uri=f"{run}/result.json",
-    )
-    s3.put_object(Bucket=env["bucket"], Key="staging/code/ec2_entry.py", Body=ENTRY.read_bytes())
-    s3.put_object(
-        Bucket=env["bucket"],
-        Key=f"staging/runs/{identity.task_key}/{try_number}/spec.json",
-        Body=spec.to_json().encode(),
-    )
-    return StagedRun(
-        spec, f"{run}/spec.json", f"{root}/code/ec2_entry.py", f"{root}/code/none.zip", f"{run}/result.json"
-    )
+    return staged_ec2_run(env["endpoint"], env["bucket"], params, task_id=task_id, try_number=try_number)
 
 
 def _instances(env, job):
