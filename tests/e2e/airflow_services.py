@@ -31,9 +31,9 @@ class AirflowApi:
         self.env = dict(env or {})  # the services' environment, to start more Airflow processes alike
         self.token: str | None = None
 
-    def log_in(self) -> None:
+    def log_in(self, user: str = USER, password: str = PASSWORD) -> None:
         """Get a JWT from ``POST /auth/token`` and send it with every later call."""
-        self.token = self.call("POST", "/auth/token", {"username": USER, "password": PASSWORD})[
+        self.token = self.call("POST", "/auth/token", {"username": user, "password": password})[
             "access_token"
         ]
 

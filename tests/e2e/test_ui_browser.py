@@ -11,10 +11,8 @@ from the backfill form, which must give the nightly answer again. Screenshots go
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
 import re
 import time
 import uuid
@@ -26,15 +24,14 @@ import pytest
 
 from airflow_provider_dltrain.testing.fake_aws_process import FakeAws, start_fake_aws
 from tests.e2e.airflow_services import PASSWORD, USER, airflow_services, wait_for_backfill, wait_for_dag
+from tests.e2e.airflow_ui import fill_backfill_form, logged_in_page, shot_on_failure
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
-from tests.e2e.backfill_form import fill_backfill_form
 from tests.e2e.side_services import mlflow_server
 from tests.support.artifacts import artifact_dir
 
 # Minutes on a quiet machine; the first test also waits for the services and the backfills.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-CHROMIUM = "/usr/lib/chromium/chromium"
 DAG = "dltrain_retrain"
 # One day: backfills over many days, each with the champion for it, are the nightly test's; this one
 # is about what a user sees of a backfill in the UI and what its form starts.
@@ -102,41 +99,10 @@ def _demo_env(aws: FakeAws, mp: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def page(stack, artifacts):
+def page(stack):
     """A logged-in Chromium page on the api-server."""
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (make test does it as root)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=120_000)  # 5 s by default: too short for a busy 2-core machine
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
-        context = browser.new_context(
-            viewport={"width": 1600, "height": 1000},
-            timezone_id="UTC",
-            base_url=stack["api"].base,
-            reduced_motion="reduce",
-        )
-        page = context.new_page()
-        page.set_default_timeout(120_000)  # a busy 2-core machine renders slowly
-        page.goto(f"/dags/{DAG}")
-        page.get_by_label("Username").fill(USER)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(re.compile(rf"/dags/{DAG}"))
+    with logged_in_page(stack["api"].base, USER, PASSWORD, DAG) as page:
         yield page
-        context.close()
-        browser.close()
-
-
-@contextlib.contextmanager
-def _shot_on_failure(page, artifacts: Path, name: str) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        page.screenshot(path=str(artifacts / f"failed-{name}.png"))
-        raise
 
 
 def test_the_backfills_scored_every_image_of_every_day_once_with_the_champion_for_it(stack):
@@ -156,7 +122,7 @@ def test_retrain_graph_shows_every_task_with_its_operator_class(page, artifacts)
     from playwright.sync_api import expect
 
     page.goto(f"/dags/{DAG}")
-    with _shot_on_failure(page, artifacts, "graph"):
+    with shot_on_failure(page, artifacts, "graph"):
         page.get_by_role("button", name=re.compile("Graph")).first.click()
         for task_id, operator in TASK_TYPES.items():
             node = page.get_by_test_id(f"rf__node-{task_id}")
@@ -178,7 +144,7 @@ def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, art
     links = {}
     for task_id, name in (("train", "MLflow run"), ("score", "Job console")):
         page.goto(f"/dags/{DAG}/runs/{run_id}/tasks/{task_id}/details")  # Extra Links are there
-        with _shot_on_failure(page, artifacts, f"task-{task_id}"):
+        with shot_on_failure(page, artifacts, f"task-{task_id}"):
             link = page.get_by_role("link", name=name, exact=True)
             expect(link).to_be_visible()
             links[task_id] = link.get_attribute("href") or ""
@@ -211,7 +177,7 @@ def test_backfill_from_the_form_reruns_the_day_and_reproduces_the_nightly(page, 
     api = stack["api"]
     before = snapshot(DAYS, stack["tracking_uri"])
     page.goto(f"/dags/{DAG}")
-    with _shot_on_failure(page, artifacts, "backfill-form"):
+    with shot_on_failure(page, artifacts, "backfill-form"):
         dialog = fill_backfill_form(page, DAG, DAY, DAY)
         page.screenshot(path=str(artifacts / "backfill-form.png"))
         dialog.get_by_role("button", name="Run Backfill").click()

@@ -16,7 +16,6 @@ stack is left.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import subprocess
@@ -33,14 +32,13 @@ import pytest
 from airflow_provider_dltrain.lake.storage import s3_storage_options
 from tests.conftest import free_port
 from tests.e2e.airflow_services import AirflowApi, wait_for_backfill, wait_for_dag
+from tests.e2e.airflow_ui import fill_backfill_form, logged_in_page, shot_on_failure
 from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
-from tests.e2e.backfill_form import fill_backfill_form
 from tests.support.artifacts import artifact_dir
 from tests.support.images import REPO, ensure_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.timeout(3600)]
 
-CHROMIUM = "/usr/lib/chromium/chromium"
 FIRST, N_DAYS, PER_DAY = date(2026, 11, 20), 5, 60
 DAYS = [(FIRST + timedelta(days=i)).isoformat() for i in range(N_DAYS)]
 DAG = "dltrain_retrain"
@@ -129,9 +127,7 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
         run("up", "-d", "--no-build")
         _wait_http(f"http://127.0.0.1:{ports['airflow']}/api/v2/monitor/health", timeout=300)
         api = AirflowApi(f"http://127.0.0.1:{ports['airflow']}")
-        api.token = api.call("POST", "/auth/token", {"username": "admin", "password": password})[
-            "access_token"
-        ]
+        api.log_in("admin", password)
         # the demo's landing zone, in the volume the scheduler's tasks read
         run(
             "exec",
@@ -191,38 +187,18 @@ def _overlapping(runs: list[dict]) -> list[tuple[str, str]]:
 
 
 def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack, nightly, artifacts):
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (make test does it as root)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     api = stack["api"]
     before = nightly
     assert len(before["model_versions"]) >= 1 and set(before["champions"]) == set(DAYS)
-    expect.set_options(timeout=120_000)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
-        context = browser.new_context(
-            viewport={"width": 1600, "height": 1000},
-            timezone_id="UTC",
-            base_url=api.base,
-            reduced_motion="reduce",
-        )
-        page = context.new_page()
-        page.set_default_timeout(120_000)
-        try:
-            page.goto(f"/dags/{DAG}")
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(stack["password"])
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(rf"/dags/{DAG}"))
-            page.screenshot(path=str(artifacts / "retrain-after-nightly.png"))
+    with logged_in_page(api.base, "admin", stack["password"], DAG) as page:
+        page.screenshot(path=str(artifacts / "retrain-after-nightly.png"))
+        with shot_on_failure(page, artifacts, "backfill-form"):
             dialog = fill_backfill_form(page, DAG, DAYS[0], DAYS[-1], max_active_runs=2)
             page.screenshot(path=str(artifacts / "backfill-form.png"))
             dialog.get_by_role("button", name="Run Backfill").click()
             expect(dialog).to_be_hidden()
-        except BaseException:
-            page.screenshot(path=str(artifacts / "failed-backfill-form.png"))
-            raise
         listed = api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
         (created,) = [b for b in listed if not b["completed_at"]]
         assert created["max_active_runs"] == 2 and created["reprocess_behavior"] == "completed", created
@@ -231,8 +207,6 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
         page.goto(f"/dags/{DAG}/runs")
         expect(page.get_by_text(re.compile(r"^backfill__")).first).to_be_visible()
         page.screenshot(path=str(artifacts / "backfill-runs.png"))
-        context.close()
-        browser.close()
     runs = [r for r in runs if r["data_interval_start"][:10] in DAYS]
     assert len(runs) == N_DAYS, runs
     assert _overlapping(runs), f"no two runs of the backfill ran side by side: {runs}"
