@@ -34,32 +34,43 @@ def create_backfill(
         "dag_run_conf": conf or {},
     }
     # On SQLite the api-server can answer 503 while the scheduler holds the DB lock - sometimes after
-    # it created the backfill. A user would press the button again; the second press then gets 409
-    # "already a running backfill", and that running backfill (same dates) is the one we asked for.
+    # it created the backfill. A user would look at the backfills before pressing the button again:
+    # a backfill of these dates created since the first press is the one we asked for, running (a
+    # second press would get 409 "already a running backfill") or already finished.
+    earlier = backfill_ids(api, dag_id)
     for attempt in range(10):
         try:
             return int(api.call("POST", "/api/v2/backfills", body)["id"])
         except AssertionError as err:
-            if "-> 409" in str(err):
-                mine = running_backfill(api, dag_id, dates[0], dates[-1])
-                if mine is not None:
-                    return mine
-            elif "-> 503" not in str(err):
+            if "-> 409" not in str(err) and "-> 503" not in str(err):
                 raise
+            listed = api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]
+            mine = [
+                int(b["id"])
+                for b in listed
+                if int(b["id"]) not in earlier
+                and (b["from_date"][:10], b["to_date"][:10]) == (dates[0], dates[-1])
+            ]
+            if mine:
+                return mine[0]
             if attempt == 9:
                 raise
             time.sleep(3)
     raise AssertionError("unreachable")
 
 
-def running_backfill(api: AirflowApi, dag_id: str, first: str, last: str) -> int | None:
-    """The id of the unfinished backfill of ``dag_id`` from ``first`` to ``last`` (ISO dates), if any."""
+def backfill_ids(api: AirflowApi, dag_id: str) -> set[int]:
+    """The ids of every backfill of ``dag_id``, finished or not."""
+    return {int(b["id"]) for b in api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]}
+
+
+def the_new_backfill(api: AirflowApi, dag_id: str, before: set[int]) -> dict:
+    """The one backfill of ``dag_id`` created since ``before`` was listed: a UI click creates exactly
+    one, which may already have finished by now (a re-run whose tasks all skip takes seconds)."""
     listed = api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]
-    for b in listed:
-        same = b["from_date"][:10] == first and b["to_date"][:10] == last
-        if same and not b.get("completed_at"):
-            return int(b["id"])
-    return None
+    created = [b for b in listed if int(b["id"]) not in before]
+    assert len(created) == 1, f"expected one new backfill of {dag_id}, got {created}"
+    return created[0]
 
 
 def partition_rows(uri: str, ds: str, storage_options: dict[str, str] | None = None) -> list[str]:

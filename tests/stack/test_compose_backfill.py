@@ -33,7 +33,13 @@ from airflow_provider_dltrain.lake.storage import s3_storage_options
 from tests.conftest import free_port
 from tests.e2e.airflow_services import AirflowApi, wait_for_backfill, wait_for_dag
 from tests.e2e.airflow_ui import fill_backfill_form, logged_in_page, shot_on_failure
-from tests.e2e.backfill_checks import assert_reran_and_reproduced, create_backfill, snapshot
+from tests.e2e.backfill_checks import (
+    assert_reran_and_reproduced,
+    backfill_ids,
+    create_backfill,
+    snapshot,
+    the_new_backfill,
+)
 from tests.support.artifacts import artifact_dir
 from tests.support.images import REPO, ensure_images
 
@@ -192,6 +198,7 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
     api = stack["api"]
     before = nightly
     assert len(before["model_versions"]) >= 1 and set(before["champions"]) == set(DAYS)
+    earlier = backfill_ids(api, DAG)
     with logged_in_page(api.base, "admin", stack["password"], DAG) as page:
         page.screenshot(path=str(artifacts / "retrain-after-nightly.png"))
         with shot_on_failure(page, artifacts, "backfill-form"):
@@ -199,8 +206,7 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
             page.screenshot(path=str(artifacts / "backfill-form.png"))
             dialog.get_by_role("button", name="Run Backfill").click()
             expect(dialog).to_be_hidden()
-        listed = api.call("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
-        (created,) = [b for b in listed if not b["completed_at"]]
+        created = the_new_backfill(api, DAG, earlier)
         assert created["max_active_runs"] == 2 and created["reprocess_behavior"] == "completed", created
         assert (created["from_date"][:10], created["to_date"][:10]) == (DAYS[0], DAYS[-1])
         runs = wait_for_backfill(api, created["id"], DAG, N_DAYS, timeout=1800)
