@@ -44,15 +44,14 @@ def create_backfill(
         except AssertionError as err:
             if "-> 409" not in str(err) and "-> 503" not in str(err):
                 raise
-            listed = api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]
+            span = (dates[0], dates[-1])
             mine = [
-                int(b["id"])
-                for b in listed
-                if int(b["id"]) not in earlier
-                and (b["from_date"][:10], b["to_date"][:10]) == (dates[0], dates[-1])
+                b
+                for b in new_backfills(api, dag_id, earlier)
+                if (b["from_date"][:10], b["to_date"][:10]) == span
             ]
             if mine:
-                return mine[0]
+                return int(mine[0]["id"])
             if attempt == 9:
                 raise
             time.sleep(3)
@@ -61,14 +60,19 @@ def create_backfill(
 
 def backfill_ids(api: AirflowApi, dag_id: str) -> set[int]:
     """The ids of every backfill of ``dag_id``, finished or not."""
-    return {int(b["id"]) for b in api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]}
+    return {int(b["id"]) for b in new_backfills(api, dag_id, set())}
+
+
+def new_backfills(api: AirflowApi, dag_id: str, before: set[int]) -> list[dict]:
+    """The backfills of ``dag_id`` whose ids are not in ``before``, finished or not."""
+    listed = api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]
+    return [b for b in listed if int(b["id"]) not in before]
 
 
 def the_new_backfill(api: AirflowApi, dag_id: str, before: set[int]) -> dict:
     """The one backfill of ``dag_id`` created since ``before`` was listed: a UI click creates exactly
     one, which may already have finished by now (a re-run whose tasks all skip takes seconds)."""
-    listed = api.call("GET", f"/api/v2/backfills?dag_id={dag_id}")["backfills"]
-    created = [b for b in listed if int(b["id"]) not in before]
+    created = new_backfills(api, dag_id, before)
     assert len(created) == 1, f"expected one new backfill of {dag_id}, got {created}"
     return created[0]
 
