@@ -47,6 +47,15 @@ class NoFilesMatchedError(DltrainUserError):
         )
 
 
+class LandingFileError(DltrainUserError):
+    """A landed raw file cannot be read safely as a whole: a line over the input's ``max_line_bytes``,
+    or a symbolic link (or other non-regular file) given as the input's path.
+
+    The message names the file, the line number and the limit where one applies; it never holds
+    the file's content or where a link points.
+    """
+
+
 class BadDataError(DltrainUserError):
     """Too many input rows were rejected; nothing was committed.
 

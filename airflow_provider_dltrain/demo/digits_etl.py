@@ -6,24 +6,41 @@ be used get a reason in ``_error`` and go to quarantine instead of the table.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 IMAGE_SIZE = 8
 NUM_CLASSES = 10
+MAX_PIXELS = 4096 * 4096  # params["max_pixels"]: checked from the header, before any decoding
 
 
-def _decode(content: bytes, size: int) -> tuple[list[float] | None, str | None]:
+def decode_png(
+    content: bytes, size: int, max_pixels: int = MAX_PIXELS
+) -> tuple[list[float] | None, str | None]:
+    """``(pixels in 0..1, None)``, or ``(None, reason)`` for a file that cannot be a digit.
+
+    The dimensions come from the PNG header (``Image.open`` decodes nothing): an image over
+    ``max_pixels`` or not ``size`` x ``size`` is refused before a pixel is decoded, so a tiny file
+    claiming 13000x13000 pixels costs no memory.
+    """
     import io
 
     import numpy as np
     from PIL import Image
 
+    if not content:
+        return None, "empty file"
     try:
         with Image.open(io.BytesIO(content)) as img:
-            img.load()
+            width, height = img.size
+            if width * height > max_pixels:
+                return None, (
+                    f"image is {width}x{height} ({width * height} pixels), over max_pixels={max_pixels}"
+                )
             if img.size != (size, size):
-                return None, f"image is {img.size[0]}x{img.size[1]}, expected {size}x{size}"
+                return None, f"image is {width}x{height}, expected {size}x{size}"
+            img.load()
             pixels = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
     except Exception as err:  # any decoder failure is a property of the file, not of the job
         return None, decode_error_reason(err)
@@ -43,11 +60,11 @@ def decode_error_reason(err: Exception) -> str:
     return f"cannot decode PNG: {type(err).__name__}" + (f": {message}" if message else "")[:280]
 
 
-def _decode_batches(batches: Iterator[Any], size: int) -> Iterator[Any]:
+def _decode_batches(batches: Iterator[Any], size: int, max_pixels: int) -> Iterator[Any]:
     import pandas as pd
 
     for pdf in batches:
-        decoded = [_decode(bytes(c), size) for c in pdf["content"]]
+        decoded = [decode_png(bytes(c), size, max_pixels) for c in pdf["content"]]
         yield pd.DataFrame(
             {
                 "file": pdf["path"].str.rsplit("/", n=1).str[-1],
@@ -62,9 +79,11 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     """Decode ``inputs["images"]`` (binaryFile) and join ``inputs["labels"]`` (CSV: file,label).
 
     Every landed image yields exactly one row, good or quarantined with a reason that is the same on
-    every run: an undecodable or empty file, no label, several labels for the file, a label that is
-    not an integer or outside ``0..num_classes-1`` (``params["num_classes"]``, default 10). One bad
-    row never fails the day. An input without the columns it needs (``labels.csv`` without a
+    every run: an undecodable or empty file, an image over ``params["max_pixels"]`` (default
+    4096x4096, read from the header before decoding) or not ``image_size`` square, no label, several
+    labels for the file, a label that is not an integer or outside ``0..num_classes-1``
+    (``params["num_classes"]``, default 10), and a file the landing listing refused (a symbolic
+    link, a hidden ``.``/``_`` name). One bad row never fails the day. An input without the columns it needs (``labels.csv`` without a
     ``label`` column) fails the task at once, naming the file and its columns: no retry can fix it.
     """
     from pyspark.sql import functions as F
@@ -73,14 +92,15 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
 
     size = int(params.get("image_size", IMAGE_SIZE))
     classes = int(params.get("num_classes", NUM_CLASSES))
+    max_pixels = int(params.get("max_pixels", MAX_PIXELS))
     images = require_columns(inputs["images"], ["path", "content"], input_name="images")
     labels_in = require_columns(inputs["labels"], ["file", "label"], input_name="labels")
     images = images.select("path", "content")
     decoded = images.mapInPandas(
-        lambda it: _decode_batches(it, size),
+        lambda it: _decode_batches(it, size, max_pixels),
         "file string, source_file string, features array<float>, _error string",
     )
-    decoded = decoded.unionByName(_empty_files(spark, inputs))
+    decoded = decoded.unionByName(_refused_images(spark, inputs["images"]))
     # One row per file, whatever labels.csv holds: a duplicated file must not duplicate its image.
     labels = (
         labels_in.select(F.col("file"), F.trim(F.col("label").cast("string")).alias("raw"))
@@ -107,28 +127,16 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     return joined.select("features", label.alias("label"), "source_file", error.alias("_error"))
 
 
-def _empty_files(spark: Any, inputs: dict[str, Any]) -> Any:
-    """Rows for the zero-byte images of the landing folder, which Spark's file sources skip silently.
+def _refused_images(spark: Any, images: Any) -> Any:
+    """A quarantine row for every landed file the images input refused to read (link, hidden name).
 
-    The folder is that of the images read (or ``images/`` beside ``labels.csv`` when none could be
-    read), listed through Hadoop's FileSystem so that local, S3 and HDFS paths work alike.
+    The reason is the listing's: it never names a link's target nor holds a byte of the file.
     """
-    import posixpath
+    from airflow_provider_dltrain.etl.landing_files import refused_files
 
     schema = "file string, source_file string, features array<float>, _error string"
-    folders = {posixpath.dirname(p) for p in inputs["images"].inputFiles()}
-    if not folders:
-        folders = {posixpath.join(posixpath.dirname(p), "images") for p in inputs["labels"].inputFiles()}
-    jvm: Any = getattr(spark, "_jvm", None)  # absent under Spark Connect: no listing there
-    rows = []
-    for folder in sorted(folders) if jvm is not None else []:
-        path = jvm.org.apache.hadoop.fs.Path(folder)
-        fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-        if not fs.exists(path):
-            continue
-        for status in fs.listStatus(path):
-            name = status.getPath().getName()
-            if status.isFile() and status.getLen() == 0 and name.lower().endswith(".png"):
-                source = "/".join(str(status.getPath()).split("/")[-3:])
-                rows.append((name, source, None, "empty file"))
+    rows = [
+        (os.path.basename(r.path), "/".join(r.path.split("/")[-3:]), None, r.reason)
+        for r in refused_files(images)
+    ]
     return spark.createDataFrame(rows, schema)

@@ -3,7 +3,8 @@
 What a listing gives, and so what "unchanged" means here:
 
 * local paths (a file, a directory read recursively, or a ``*``/``?``/``[...]`` glob): every file's
-  path, size, modification time and status-change time (``st_mtime_ns``, ``st_ctime_ns``);
+  path, size, modification time and status-change time (``st_mtime_ns``, ``st_ctime_ns``; a
+  symbolic link's own, never its target's: the landing zone does not follow links);
 * ``s3://`` prefixes: every object's key, size and ETag (``ListObjectsV2``); without boto3, its
   size and last-modified time from pyarrow's listing.
 
@@ -76,7 +77,7 @@ def _local_entries(path: str) -> list[list[Any]] | None:
 
 
 def _stat(file: str, root: str) -> list[Any]:
-    st = os.stat(file)
+    st = os.lstat(file)  # a link's own facts: the landing zone never follows one (etl.landing_files)
     return [os.path.relpath(file, os.path.dirname(root)), st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError, NoFilesMatchedError
+from airflow_provider_dltrain.exceptions import (
+    InputNotFoundError,
+    InvalidSpecError,
+    LandingFileError,
+    NoFilesMatchedError,
+)
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions, is_remote, normalize_uri
 
@@ -34,6 +40,7 @@ _GLOB_CHARS = "*?[{"
 # The attribute :func:`read_inputs` tags each input DataFrame with: ``(input name, what it read)``,
 # so that a transform's refusal (``etl.transform.require_columns``) can name the file.
 SOURCE_ATTR = "_dltrain_source"
+log = logging.getLogger(__name__)
 
 
 def check_filters(value: Any, field: str) -> tuple[tuple[tuple[str, str, Any], ...], ...]:
@@ -148,6 +155,8 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
         return read_remote(spark, normalize_uri(path), fmt, options, storage_options)
     local = normalize_uri(path)
     glob = options.get("pathGlobFilter")
+    if "{" not in local:  # Hadoop's {a,b} alternation: Python cannot list it, Spark's reader does
+        return _read_landing(spark, local, fmt, options, _max_line_bytes(spec))
     try:
         df = spark.read.format(fmt).options(**options).load(local)
     except Exception as err:
@@ -157,6 +166,80 @@ def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = N
     if (glob or _has_glob(local)) and not df.inputFiles():
         raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
     return df
+
+
+def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], max_line_bytes: int) -> Any:
+    """A local raw input, checked first (:mod:`~airflow_provider_dltrain.etl.landing_files`).
+
+    ``binaryFile`` files are read by Python workers that never follow a link (names Hadoop rejects,
+    such as ``a:b.png``, read too, and zero-byte files give a row). For the other formats Spark's
+    reader gets the accepted files only, after every text line was found within ``max_line_bytes``.
+    The refused files are logged and tagged on the DataFrame (:func:`landing_files.refused_files`).
+    """
+    from airflow_provider_dltrain.etl import landing_files
+    from airflow_provider_dltrain.etl.remote_files import BINARY_FILE_DDL
+
+    if _has_glob(local) and not os.path.isdir(_split_glob(local)[0]):
+        raise InputNotFoundError(f"nothing at {_split_glob(local)[0]} (the path does not exist)")
+    glob = options.pop("pathGlobFilter", None) if fmt == "binaryFile" else options.get("pathGlobFilter")
+    landing = landing_files.list_landing(local, glob, spark_reads=fmt != "binaryFile")
+    if not landing.files and not landing.refused and (glob or _has_glob(local)):
+        raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
+    if landing.refused:
+        shown = "; ".join(f"{r.path}: {r.reason}" for r in landing.refused[:50])
+        more = f"; and {len(landing.refused) - 50} more" if len(landing.refused) > 50 else ""
+        log.warning("%s: %d file(s) not read: %s%s", local, len(landing.refused), shown, more)
+    if fmt == "binaryFile":
+        listing = spark.createDataFrame([(f,) for f in landing.files], "file string")
+        if landing.files:
+            listing = listing.repartition(min(len(landing.files), 4 * spark.sparkContext.defaultParallelism))
+        df = listing.mapInArrow(landing_files.read_binary_files, BINARY_FILE_DDL)
+    else:
+        if _checks_lines(fmt, options):
+            for file in landing.files:
+                landing_files.check_line_lengths(file, max_line_bytes)
+        df = _spark_read(spark, local, fmt, options, landing)
+    with contextlib.suppress(Exception):  # a DataFrame class that takes no attributes
+        setattr(df, landing_files.REFUSED_ATTR, landing.refused)
+    return df
+
+
+def _checks_lines(fmt: str, options: Mapping[str, str]) -> bool:
+    """Spark splits these into lines: a one-record JSON file or a whole-text read is one record."""
+    lowered = {k.lower(): str(v).lower() for k, v in options.items()}
+    if fmt == "json":
+        return lowered.get("multiline") != "true"
+    return fmt == "csv" or (fmt == "text" and lowered.get("wholetext") != "true")
+
+
+def _spark_read(spark: Any, local: str, fmt: str, options: dict[str, str], landing: Any) -> Any:
+    """Spark's reader on the input's path, or on its accepted files alone when some were refused."""
+    reader = spark.read.format(fmt).options(**options)
+    if not landing.refused:
+        return reader.load(local)
+    if not landing.files:
+        return spark.createDataFrame([], "value string" if fmt == "text" else "_corrupt_record string")
+    if os.path.isdir(local):
+        reader = reader.option("basePath", local)
+    return reader.load([_hadoop_literal(f) for f in landing.files])
+
+
+def _hadoop_literal(path: str) -> str:
+    """``path`` as a Hadoop glob matching itself only (Spark globs every path it is given)."""
+    return "".join(f"\\{c}" if c in "*?[]{}\\" else c for c in path)
+
+
+def _max_line_bytes(spec: Mapping[str, Any]) -> int:
+    from airflow_provider_dltrain.etl.landing_files import MAX_LINE_BYTES
+
+    value = spec.get("max_line_bytes", MAX_LINE_BYTES)
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = 0
+    if limit <= 0 or isinstance(value, bool):
+        raise InvalidSpecError(f"max_line_bytes must be a positive number of bytes, got {value!r:.100}")
+    return limit
 
 
 def _has_glob(path: str) -> bool:
@@ -220,10 +303,15 @@ def input_uri(spec: Any) -> str | None:
 
 
 def check_inputs(inputs: Mapping[str, Any]) -> None:
-    """Validate the filters of every Delta input before anything runs (names the input)."""
+    """Validate every Delta input's filters and raw input's ``max_line_bytes`` before anything runs."""
     for name, spec in (inputs or {}).items():
         if is_delta_spec(spec) and isinstance(spec, Mapping):
             check_filters(spec.get("filters"), f"inputs[{name!r}].filters")
+        elif isinstance(spec, Mapping):
+            try:
+                _max_line_bytes(spec)
+            except InvalidSpecError as err:
+                raise InvalidSpecError(f"inputs[{name!r}].{err}") from None
 
 
 def read_inputs(
@@ -262,6 +350,8 @@ def read_inputs(
             raise InputNotFoundError(f"input {name!r}: {err}") from None
         except NoFilesMatchedError as err:  # a user error: a wrong glob does not fix itself
             raise NoFilesMatchedError(f"input {name!r}: {err}") from None
+        except LandingFileError as err:
+            raise LandingFileError(f"input {name!r}: {err}") from None
         except Exception as err:
             if not _not_found(err):
                 raise

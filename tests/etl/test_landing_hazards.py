@@ -1,0 +1,209 @@
+"""Hostile landing zones: every landed file ends in the table or in quarantine with a reason, or the
+task fails once, as a user error naming the file, before Spark reads it.
+
+Most checks run before Spark (``etl.landing_files``), so they are tested with a Spark stand-in that
+fails on any use; one end-to-end write covers what reaches the tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from airflow_provider_dltrain import lake
+from airflow_provider_dltrain.demo.digits_etl import decode_digits
+from airflow_provider_dltrain.demo.seed import seed_day
+from airflow_provider_dltrain.etl import read_inputs, write_dataframe
+from airflow_provider_dltrain.etl.landing_files import (
+    HADOOP_NAME,
+    HIDDEN,
+    SYMLINK,
+    check_line_lengths,
+    list_landing,
+)
+from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError, LandingFileError
+
+DS = "2026-11-24"
+SECRET = "root:x:0:0:SECRET-LINE-OF-THE-TARGET"
+HUGE = 13_000  # a 13000x13000 RGBA PNG: ~650 KB of file, 645 MiB once decoded
+
+
+class NoSpark:
+    """A Spark stand-in: any use means a check came too late."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Spark was used ({name}) before the landing checks refused the input")
+
+
+def _inputs(landing, **labels):
+    return {
+        "images": {
+            "path": f"{landing}/{DS}/images",
+            "format": "binaryFile",
+            "options": {"pathGlobFilter": "*.png"},
+        },
+        "labels": {"path": f"{landing}/{DS}/labels.csv", "format": "csv", **labels},
+    }
+
+
+def _labels(landing, **options):
+    return {"labels": _inputs(landing, **options)["labels"]}
+
+
+def _huge_png(path: str, side: int = HUGE) -> None:
+    """A valid ``side`` x ``side`` RGBA PNG of zeros (side a multiple of 100), built in a second.
+
+    Its zlib stream is one compressed block of 100 zero rows repeated: after a full flush the
+    compressor starts afresh, so every block compresses to the same bytes. The Adler-32 checksum
+    at the end is computed over the whole image, so a decoder reads it as any PNG.
+    """
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    block = b"\0" * (1 + 4 * side) * 100
+    packer = zlib.compressobj(9)
+    first = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    adler = 1
+    for _ in range(side // 100):
+        adler = zlib.adler32(block, adler)
+    idat = first + again * (side // 100 - 1) + packer.flush()[:-4] + struct.pack(">I", adler)
+    with open(path, "wb") as fh:
+        fh.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 6, 0, 0, 0)))
+        fh.write(chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+@pytest.fixture(scope="module")
+def huge_png(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("huge") / "huge.png")
+    _huge_png(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """Files outside the landing zone a link may point at: a secret text file and a good digit PNG."""
+    folder = tmp_path_factory.mktemp("outside")
+    (folder / "passwd").write_text(SECRET + "\nbin:x:1:1\n")
+    return folder
+
+
+def _day(root, labels_rows=()):
+    day = seed_day(str(root), DS, per_day=4)
+    with open(os.path.join(day.path, "labels.csv"), "a", newline="") as fh:
+        csv.writer(fh).writerows(labels_rows)
+    return day.path
+
+
+def _assert_no_leak(text: str, outside) -> None:
+    assert SECRET not in text and "bin:x" not in text and str(outside) not in text
+
+
+def test_a_line_over_the_limit_fails_as_a_user_error_naming_file_line_and_limit_before_spark(tmp_path):
+    day = _day(tmp_path)
+    labels = os.path.join(day, "labels.csv")
+    with open(labels) as fh:
+        line = len(fh.readlines()) + 1
+    with open(labels, "a") as fh:
+        fh.write("img_0000.png," + "9" * (1 << 20) + "\n")  # just over 1 MiB with the file name
+    with pytest.raises(LandingFileError) as err:
+        read_inputs(NoSpark(), _labels(tmp_path))
+    message = str(err.value)
+    assert isinstance(err.value, DltrainUserError)  # never retried
+    assert message.startswith(f"input 'labels': {labels} line {line} is longer than max_line_bytes=1048576")
+    assert "9999" not in message
+
+
+def test_max_line_bytes_is_an_input_option_checked_before_anything_runs(tmp_path):
+    day = _day(tmp_path)
+    with pytest.raises(LandingFileError, match=r"labels.csv line 2 is longer than max_line_bytes=12 "):
+        read_inputs(NoSpark(), _labels(tmp_path, max_line_bytes=12))
+    check_line_lengths(os.path.join(day, "labels.csv"), 64)  # within a larger limit: no error
+    with pytest.raises(InvalidSpecError, match=r"inputs\['labels'\]\.max_line_bytes must be a positive"):
+        read_inputs(NoSpark(), _labels(tmp_path, max_line_bytes="0"))
+
+
+def test_labels_linked_outside_the_landing_zone_fail_without_reading_or_naming_the_target(
+    tmp_path, outside, caplog
+):
+    day = _day(tmp_path)
+    labels = os.path.join(day, "labels.csv")
+    os.remove(labels)
+    os.symlink(outside / "passwd", labels)
+    with pytest.raises(LandingFileError) as err:
+        read_inputs(NoSpark(), _labels(tmp_path))
+    assert str(err.value).startswith(f"input 'labels': {labels}: {SYMLINK}")
+    _assert_no_leak(str(err.value), outside)
+    _assert_no_leak(caplog.text, outside)
+
+
+def test_a_name_hadoop_cannot_hold_is_refused_for_spark_read_formats_and_read_for_binary_files(tmp_path):
+    folder = tmp_path / "csvs"
+    folder.mkdir()
+    (folder / "a:b.csv").write_text("x\n1\n")
+    (folder / "ok.csv").write_text("x\n2\n")
+    csvs = list_landing(str(folder))
+    assert [os.path.basename(f) for f in csvs.files] == ["ok.csv"]
+    assert [(os.path.basename(r.path), r.reason) for r in csvs.refused] == [("a:b.csv", HADOOP_NAME)]
+    assert [os.path.basename(f) for f in list_landing(str(folder), spark_reads=False).files] == [
+        "a:b.csv",
+        "ok.csv",
+    ]
+    with pytest.raises(LandingFileError, match=r"input 'one': .*/a:b.csv: name holds ':'"):
+        read_inputs(NoSpark(), {"one": {"path": str(folder / "a:b.csv"), "format": "csv"}})
+
+
+def test_a_huge_png_is_refused_from_its_header_and_the_worker_stays_under_300_mib(huge_png):
+    assert os.path.getsize(huge_png) < 2 << 20
+    probe = (
+        "import resource, sys\n"
+        "from airflow_provider_dltrain.demo.digits_etl import decode_png\n"
+        "pixels, reason = decode_png(open(sys.argv[1], 'rb').read(), 8)\n"
+        "print(reason)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, huge_png], capture_output=True, text=True, check=True)
+    reason, peak = out.stdout.splitlines()
+    peak_mib = int(peak) / (1 << 20 if sys.platform == "darwin" else 1 << 10)
+    assert reason == f"image is {HUGE}x{HUGE} ({HUGE * HUGE} pixels), over max_pixels=16777216"
+    assert peak_mib < 300, f"decoding the header alone took the worker to {peak_mib:.0f} MiB"
+
+
+def test_every_landed_file_ends_in_the_table_or_in_quarantine_with_a_reason(
+    spark, tmp_path, outside, huge_png, caplog
+):
+    images = os.path.join(_day(tmp_path, [["a:b.png", "3"], ["link.png", "1"], ["huge.png", "2"]]), "images")
+    shutil.copy(os.path.join(images, "img_0000.png"), os.path.join(images, "a:b.png"))
+    shutil.copy(os.path.join(images, "img_0001.png"), os.path.join(images, ".hidden.png"))
+    shutil.copy(os.path.join(images, "img_0002.png"), os.path.join(images, "_partial.png"))
+    shutil.copy(os.path.join(images, "img_0003.png"), outside / "digit.png")
+    os.symlink(outside / "digit.png", os.path.join(images, "link.png"))  # a good digit, outside
+    shutil.copy(huge_png, os.path.join(images, "huge.png"))
+    landed = sorted(os.listdir(images))
+    uri = str(tmp_path / "digits")
+
+    with caplog.at_level("WARNING"):
+        df = decode_digits(spark, read_inputs(spark, _inputs(tmp_path)), {})
+        result = write_dataframe(df, uri, {"ds": DS}, max_bad_fraction=0.9)
+
+    good = [r["source_file"].rsplit("/", 1)[-1] for r in lake.open_table(uri).to_pyarrow_table().to_pylist()]
+    bad = lake.open_table(f"{uri}_quarantine").to_pyarrow_table().to_pylist()
+    reasons = {r["source_file"].rsplit("/", 1)[-1]: r["reason"] for r in bad}
+    assert sorted(good + list(reasons)) == landed and len(good) + len(bad) == len(landed)
+    assert result.rows_written + result.rows_quarantined == len(landed)
+    assert "a:b.png" in good  # a name Hadoop rejects is read, not refused
+    assert reasons[".hidden.png"] == reasons["_partial.png"] == HIDDEN
+    assert reasons["link.png"] == SYMLINK
+    assert reasons["huge.png"].startswith(f"image is {HUGE}x{HUGE} (")
+    for name in (".hidden.png", "_partial.png", "link.png"):  # listed as skipped in the task log
+        assert f"{images}/{name}: " in caplog.text
+    _assert_no_leak(caplog.text + repr(bad), outside)
+    assert "digit.png" not in caplog.text + repr(bad)
