@@ -186,7 +186,8 @@ def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], max
     if not landing.files and not landing.refused and (glob or _has_glob(local)):
         raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
     if landing.refused:
-        shown = "; ".join(f"{r.path}: {r.reason}" for r in landing.refused[:50])
+        # repr: a landed name is anyone's text, and a line break in it must not forge a log line
+        shown = "; ".join(f"{r.path!r}: {r.reason}" for r in landing.refused[:50])
         more = f"; and {len(landing.refused) - 50} more" if len(landing.refused) > 50 else ""
         log.warning("%s: %d file(s) not read: %s%s", local, len(landing.refused), shown, more)
     if fmt == "binaryFile":

@@ -22,6 +22,7 @@ import fnmatch
 import glob as globbing
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,12 +62,15 @@ def list_landing(path: str, glob: str | None = None, *, spark_reads: bool = True
     :raises InputNotFoundError: nothing is at ``path`` (retried: the day may land late).
     :raises LandingFileError: ``path`` is itself a file that is refused.
     """
-    roots = sorted(globbing.glob(path, include_hidden=True)) if _has_glob(path) else [path]
+    roots = _glob(path) if _has_glob(path) else [path]
     files: list[str] = []
     refused: list[RefusedFile] = []
     for root in roots:
         if not os.path.lexists(root):
-            raise InputNotFoundError(f"nothing at {path} (the path does not exist)")
+            raise InputNotFoundError(
+                f"nothing at {path} (the path does not exist). Has the data for this date landed? "
+                "Check the path template, or re-run once it has arrived."
+            )
         st = os.lstat(root)
         if stat.S_ISDIR(st.st_mode) or (root == path and os.path.isdir(root)):
             _walk(
@@ -87,6 +91,12 @@ def list_landing(path: str, glob: str | None = None, *, spark_reads: bool = True
             )
         _keep(root, reason, files, refused)
     return Landing(tuple(sorted(files)), tuple(sorted(refused, key=lambda r: r.path)))
+
+
+def _glob(path: str) -> list[str]:
+    """What a glob in the path matches, hidden names included (Python 3.11+) so they are refused."""
+    hidden = {"include_hidden": True} if sys.version_info >= (3, 11) else {}
+    return sorted(globbing.glob(path, **hidden))  # type: ignore[arg-type]
 
 
 def _has_glob(path: str) -> bool:

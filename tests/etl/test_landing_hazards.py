@@ -204,6 +204,6 @@ def test_every_landed_file_ends_in_the_table_or_in_quarantine_with_a_reason(
     assert reasons["link.png"] == SYMLINK
     assert reasons["huge.png"].startswith(f"image is {HUGE}x{HUGE} (")
     for name in (".hidden.png", "_partial.png", "link.png"):  # listed as skipped in the task log
-        assert f"{images}/{name}: " in caplog.text
+        assert f"'{images}/{name}': " in caplog.text
     _assert_no_leak(caplog.text + repr(bad), outside)
     assert "digit.png" not in caplog.text + repr(bad)
