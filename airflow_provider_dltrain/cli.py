@@ -222,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(test DAGs offline; needs the [testing] extra)",
         description="Serve a fake AWS (moto) whose jobs run as local processes, create the buckets and "
         "EMR Serverless applications given, print the Airflow 'aws' connection to use, then "
-        "'READY <endpoint>'; Ctrl-C or SIGTERM stops it and every job it started.",
+        "'READY <endpoint>'; Ctrl-C or SIGTERM stops it and every job it started. It answers only "
+        "requests SigV4-signed with its credentials: DLTRAIN_FAKE_AWS_ACCESS_KEY_ID and "
+        "DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY (by default the test keys 'testing', accepted on a loopback "
+        "--host only); anything else gets 403 and runs nothing.",
     )
     add_fake_aws_arguments(fake_aws)
     fake_aws.set_defaults(func=cmd_fake_aws)

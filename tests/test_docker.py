@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -155,18 +156,97 @@ def test_compose_ports_are_unique_and_match_what_each_service_listens_on():
         assert host in services and int(port) in _listening_ports(services[host]), (host, port)
 
 
+# what docker/.env must set (docker/env.example), each value distinct so a leak can be traced to it
+SECRETS = {
+    "POSTGRES_PASSWORD": "pg-superuser-pw",
+    "AIRFLOW_DB_PASSWORD": "airflow-db-pw",
+    "MLFLOW_DB_PASSWORD": "mlflow-db-pw",
+    "AIRFLOW_JWT_SECRET": "jwt-secret",
+    "DLTRAIN_S3_ACCESS_KEY": "s3-access-key",
+    "DLTRAIN_S3_SECRET_KEY": "s3-secret-key",
+    "AIRFLOW_ADMIN_PASSWORD": "airflow-admin-pw",
+    "MLFLOW_ADMIN_PASSWORD": "mlflow-admin-pw",
+    "MLFLOW_SECRET_KEY": "mlflow-flask-key",
+}
+IMAGES = {"DLTRAIN_AIRFLOW_IMAGE": "dltrain/airflow:x", "DLTRAIN_POSTGRES_IMAGE": "dltrain/postgres:y"}
+LONG_RUNNING = {"postgres", "s3", "mlflow", "api-server", "scheduler", "dag-processor", "triggerer"}
+
+
+def _config(*files: str, **extra: str) -> dict:
+    """``docker-compose config`` of ``files`` (names under docker/) with the secrets of docker/.env."""
+    args = [a for f in files for a in ("-f", str(DOCKER / f))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DLTRAIN_", "MLFLOW_"))}
+    merged = subprocess.run(
+        ["docker-compose", *args, "config"],
+        capture_output=True,
+        text=True,
+        env={**env, **SECRETS, **IMAGES, **extra},
+        timeout=60,
+    )
+    assert merged.returncode == 0, merged.stderr
+    return yaml.safe_load(merged.stdout)["services"]
+
+
+def _published(services: dict) -> dict[str, list[str]]:
+    """service -> its published ports as ``host_ip:published:target`` (either syntax of the output)."""
+    found: dict[str, list[str]] = {}
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            if isinstance(port, dict):
+                port = f"{port.get('host_ip', '')}:{port['published']}:{port['target']}"
+            found.setdefault(name, []).append(str(port).removesuffix("/tcp"))
+    return found
+
+
+@pytest.mark.parametrize("files", [("compose.yaml",), ("compose.yaml", "compose.offline.yaml")])
+def test_published_ports_bind_to_loopback_unless_docker_env_names_an_address(files):
+    published = _published(_config(*files))
+    assert published == {"api-server": ["127.0.0.1:8080:8080"], "mlflow": ["127.0.0.1:5000:5000"]}
+    wide = _published(_config(*files, DLTRAIN_BIND_ADDRESS="0.0.0.0"))
+    assert wide == {"api-server": ["0.0.0.0:8080:8080"], "mlflow": ["0.0.0.0:5000:5000"]}
+
+
+def test_the_s3_store_is_published_only_by_the_opt_in_file_and_on_loopback():
+    for files in (("compose.yaml",), ("compose.yaml", "compose.offline.yaml")):
+        published = _published(_config(*files, "compose.publish-s3.yaml", DLTRAIN_S3_PORT="9333"))
+        assert published["s3"] == ["127.0.0.1:9333:8333"], files
+
+
+def test_every_long_running_service_has_an_init_and_its_own_database_role():
+    services = _config("compose.yaml", "compose.offline.yaml")
+    assert {name for name, s in services.items() if s.get("init") is True} >= LONG_RUNNING
+    airflow_db = services["scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert airflow_db.startswith("postgresql+psycopg2://airflow:airflow-db-pw@postgres:5432/airflow")
+    assert services["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith(
+        "postgresql+psycopg2://mlflow:mlflow-db-pw@"
+    )
+    superuser = SECRETS["POSTGRES_PASSWORD"]
+    holders = [n for n, s in services.items() if superuser in yaml.safe_dump(s.get("environment", {}))]
+    assert holders == ["postgres"], holders
+    init_sql = (DOCKER / "postgres-init.sql").read_text()
+    assert "CREATE ROLE airflow LOGIN" in init_sql and "CREATE ROLE mlflow LOGIN" in init_sql
+    statements = [line for line in init_sql.splitlines() if not line.startswith("--")]
+    assert not [line for line in statements if "SUPERUSER" in line.upper()]
+
+
+def test_no_secret_is_on_a_command_line_and_mlflow_authenticates():
+    services = _config("compose.yaml", "compose.offline.yaml")
+    for name, service in services.items():
+        argv = yaml.safe_dump([service.get("entrypoint"), service.get("command"), service.get("healthcheck")])
+        leaked = [k for k, v in SECRETS.items() if v in argv]
+        assert not leaked, f"{name}: {leaked} on its command line (docker top shows it)"
+    mlflow = services["mlflow"]
+    assert "--app-name basic-auth" in " ".join(mlflow["command"])
+    assert mlflow["environment"]["MLFLOW_AUTH_ADMIN_PASSWORD"] == SECRETS["MLFLOW_ADMIN_PASSWORD"]
+    conn = json.loads(services["scheduler"]["environment"]["AIRFLOW_CONN_MLFLOW_DEFAULT"])
+    assert (conn["conn_type"], conn["login"], conn["password"]) == ("mlflow", "admin", "mlflow-admin-pw")
+    example = (DOCKER / "env.example").read_text().splitlines()
+    assert set(SECRETS) <= {line.split("=")[0] for line in example if line and not line.startswith("#")}
+
+
 def test_the_offline_file_swaps_only_the_images_and_the_s3_store():
     """docker-compose itself merges compose.yaml and compose.offline.yaml (no engine needed)."""
-    env = {
-        **os.environ,
-        "POSTGRES_PASSWORD": "p",
-        "AIRFLOW_JWT_SECRET": "j",
-        "DLTRAIN_S3_ACCESS_KEY": "a",
-        "DLTRAIN_S3_SECRET_KEY": "s",
-        "AIRFLOW_ADMIN_PASSWORD": "w",
-        "DLTRAIN_AIRFLOW_IMAGE": "dltrain/airflow:x",
-        "DLTRAIN_POSTGRES_IMAGE": "dltrain/postgres:y",
-    }
+    env = {**os.environ, **SECRETS, **IMAGES}
     files = ["-f", str(DOCKER / "compose.yaml"), "-f", str(DOCKER / "compose.offline.yaml")]
     merged = subprocess.run(
         ["docker-compose", *files, "config"], capture_output=True, text=True, env=env, timeout=60

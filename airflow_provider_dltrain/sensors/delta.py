@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 PINS = ("newest", "partition_commit", "cutoff")
 _PARTITION_PINS = ("partition_commit", "cutoff")  # pins computed from the partition condition
+# The shortest interval ``mode="reschedule"`` is used with; a shorter one waits in ``poke`` mode. A
+# reschedule keeps the try number, so the next poke runs under the same task-instance key as the one
+# that just exited. Once it is queued before the scheduler has processed the executor's "success" for
+# the exit (seconds on a busy machine), the executor forgets the key and the scheduler finds the new
+# poke "running" with that try: it fails the sensor ("Executor LocalExecutor reported that the task
+# instance ... finished with state success, but the task instance's state attribute is running").
+RESCHEDULE_MIN_INTERVAL = 30.0
 
 
 class DeltaTableVersionSensor(BaseSensorOperator):
@@ -44,6 +51,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     :param aws_conn_id: Amazon provider ``aws`` connection for ``s3://`` tables.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at the table (``poke_interval`` is an alias).
+        With ``mode="reschedule"``, an interval under ``RESCHEDULE_MIN_INTERVAL`` (30 s) waits in
+        ``poke`` mode instead: Airflow's scheduler fails a sensor rescheduled that fast.
     :param pin: which version to hand on once the conditions hold (both pins other than
         ``"newest"`` need ``partition`` and refuse ``min_version``/``newer_than``):
 
@@ -92,6 +101,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             )
         check_partition(partition, rendered=False)  # a literal bad value: refused while the DAG is parsed
         poke_interval = kwargs.pop("poke_interval", poll_interval)
+        if kwargs.get("mode") == "reschedule" and float(poke_interval) < RESCHEDULE_MIN_INTERVAL:
+            kwargs["mode"] = "poke"  # see RESCHEDULE_MIN_INTERVAL
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table_uri = table_uri
         self.min_version = min_version

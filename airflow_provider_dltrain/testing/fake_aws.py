@@ -13,6 +13,12 @@ the process that serves the requests (a ``python -m moto.server`` child cannot b
 executor reads the same backend objects the server writes. What each service does is described in
 ``fake_glue``, ``fake_emr``, ``fake_emr_serverless``, ``fake_sagemaker`` and ``fake_ec2``.
 
+Every request must be SigV4-signed with the fake's credentials (``fake_aws_auth``), or it is refused
+with 403 and nothing runs: the access key id and secret come from ``DLTRAIN_FAKE_AWS_ACCESS_KEY_ID`` and
+``DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY`` (read, then removed from this process's environment), by default
+the test keys ``testing``/``testing``, which only a loopback ``--host`` accepts. Jobs reach the fake with
+those credentials and get no other variable of its environment that could hold a secret.
+
 This module imports moto only when it serves: ``add_arguments`` is what the ``dltrain`` command reads.
 """
 
@@ -29,6 +35,10 @@ import threading
 from pathlib import Path
 
 log = logging.getLogger("fake_aws")
+ACCESS_KEY_ENV = "DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"
+SECRET_KEY_ENV = "DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"
+DEFAULT_KEY = "testing"  # the test keys: what every test client and the pytest fixtures sign with
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # S3's rule for new buckets (moto accepts more, e.g. capitals, which S3 refuses)
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -47,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container that other containers reach)",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container that other containers reach, "
+        f"which needs credentials of your own in {ACCESS_KEY_ENV} and {SECRET_KEY_ENV})",
     )
     parser.add_argument(
         "--bucket",
@@ -118,11 +129,32 @@ def main(argv: list[str] | None = None) -> int:
     return serve(parse_args(argv))
 
 
+def credentials_from_env(host: str) -> tuple[str, str]:
+    """(access key id, secret) the fake accepts, taken out of the environment; ValueError when they are
+    the well-known test keys (or half given) and ``host`` is not a loopback address."""
+    access_key = os.environ.pop(ACCESS_KEY_ENV, "") or DEFAULT_KEY
+    secret = os.environ.pop(SECRET_KEY_ENV, "") or DEFAULT_KEY
+    if (access_key == DEFAULT_KEY) != (secret == DEFAULT_KEY):
+        raise ValueError(f"set both {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}, or neither")
+    if access_key == DEFAULT_KEY and host not in LOOPBACK:
+        raise ValueError(
+            f"--host {host} makes the fake reachable from other machines, and it runs the jobs it is sent: "
+            f"set credentials of your own in {ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (the test keys "
+            f"{DEFAULT_KEY!r} are accepted on a loopback address only)"
+        )
+    return access_key, secret
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the fake AWS until SIGTERM/SIGINT (see the module docstring); 0 once every job is stopped."""
     from airflow_provider_dltrain.exceptions import require
 
     require("moto.server", "testing")
+    try:
+        credentials = credentials_from_env(args.host)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     # moto's botocore session must not pick up a developer's profile or real credentials.
     os.environ.pop("AWS_PROFILE", None)
     os.environ.pop("AWS_ENDPOINT_URL", None)  # the executor's own S3 client talks to this server
@@ -137,8 +169,6 @@ def serve(args: argparse.Namespace) -> int:
     )
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
 
-    from moto.server import ThreadedMotoServer
-
     from airflow_provider_dltrain.testing import (
         fake_ec2,
         fake_emr,
@@ -147,11 +177,12 @@ def serve(args: argparse.Namespace) -> int:
         fake_sagemaker,
         moto_server,
     )
+    from airflow_provider_dltrain.testing.fake_aws_auth import Credentials, configure, gated_server
     from airflow_provider_dltrain.testing.local_executor import ContainerMode, LocalCloudExecutor
 
     moto_server.install()  # conditional puts (every Delta commit) atomic, as on S3
-    server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
-    server.start()
+    configure(Credentials(*credentials))
+    server = gated_server(args.host, args.port)
     host, port = server.get_host_and_port()
     endpoint = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"  # what this machine dials
 
@@ -162,7 +193,12 @@ def serve(args: argparse.Namespace) -> int:
             args.images, shares=tuple(str(Path(d).resolve()) for d in args.share), **extra
         )
     executor = LocalCloudExecutor(
-        endpoint, poll_s=args.poll, workdir=args.workdir, pid_file=args.pid_file, containers=containers
+        endpoint,
+        poll_s=args.poll,
+        workdir=args.workdir,
+        pid_file=args.pid_file,
+        containers=containers,
+        credentials=credentials,
     )
     for service in (fake_glue, fake_emr, fake_emr_serverless, fake_sagemaker, fake_ec2):
         service.install(executor)
@@ -172,13 +208,13 @@ def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        apps = _create_resources(endpoint, args.bucket, args.emr_serverless_app)
+        apps = _create_resources(endpoint, args.bucket, args.emr_serverless_app, credentials)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         executor.stop()
         server.stop()
         return 2
-    _print_connection(endpoint, args.bucket, apps)
+    _print_connection(endpoint, args.bucket, apps, credentials[0])
     # Nothing else belongs on stdout: a parent that stopped reading it must never block us.
     sys.stdout = sys.stderr
     print("serving; Ctrl-C or SIGTERM stops the fake AWS and every job it started", flush=True)
@@ -189,14 +225,17 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _create_resources(endpoint: str, buckets: list[str], apps: list[str]) -> dict[str, str]:
+def _create_resources(
+    endpoint: str, buckets: list[str], apps: list[str], credentials: tuple[str, str]
+) -> dict[str, str]:
     """Create the buckets and EMR Serverless applications; {application name: id}. ValueError naming
     the option when the service refuses one."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from airflow_provider_dltrain.testing.fake_aws_process import client
 
-    s3, es = client("s3", endpoint), client("emr-serverless", endpoint)
+    s3 = client("s3", endpoint, credentials=credentials)
+    es = client("emr-serverless", endpoint, credentials=credentials)
     created: dict[str, str] = {}
     for name in buckets:
         try:
@@ -214,7 +253,7 @@ def _create_resources(endpoint: str, buckets: list[str], apps: list[str]) -> dic
     return created
 
 
-def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str]) -> None:
+def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str], access_key: str) -> None:
     """What to use, then the READY line, in one write (a reader that stops at READY has it all)."""
     from airflow_provider_dltrain.testing.fake_aws_process import (
         CONN_ID,
@@ -227,12 +266,15 @@ def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str]) -
     ]
     lines += [f"bucket: s3://{bucket}" for bucket in buckets]
     lines += [f"EMR Serverless application {name}: {app_id}" for name, app_id in apps.items()]
-    lines += [
-        f"Airflow connection {CONN_ID!r} (URI): {connection_uri(endpoint)}",
-        f"Airflow connection {CONN_ID!r} (JSON): {connection_json(endpoint)}",
-        f"export AIRFLOW_CONN_{CONN_ID.upper()}='{connection_json(endpoint)}'",
-        f"READY {endpoint}",
-    ]
+    if access_key == DEFAULT_KEY:
+        lines += [
+            f"Airflow connection {CONN_ID!r} (URI): {connection_uri(endpoint)}",
+            f"Airflow connection {CONN_ID!r} (JSON): {connection_json(endpoint)}",
+            f"export AIRFLOW_CONN_{CONN_ID.upper()}='{connection_json(endpoint)}'",
+        ]
+    else:  # the secret is the operator's: never printed
+        lines += [f"credentials: access key id {access_key!r} and the secret of {SECRET_KEY_ENV}"]
+    lines += [f"READY {endpoint}"]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
 

@@ -66,8 +66,9 @@ def client_env(endpoint: str) -> dict[str, str]:
 CLIENT_ENV_UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3")
 
 
-def client(service: str, endpoint: str) -> Any:
-    """A boto3 client of ``service`` on the fake (no retries: moto answers at once or not at all)."""
+def client(service: str, endpoint: str, *, credentials: tuple[str, str] = (KEY, KEY)) -> Any:
+    """A boto3 client of ``service`` on the fake (no retries: moto answers at once or not at all),
+    signing with ``credentials`` (the test keys the fixtures start the fake with, by default)."""
     import boto3
     from botocore.config import Config
 
@@ -75,8 +76,8 @@ def client(service: str, endpoint: str) -> Any:
         service,
         endpoint_url=endpoint,
         region_name=REGION,
-        aws_access_key_id=KEY,
-        aws_secret_access_key=KEY,
+        aws_access_key_id=credentials[0],
+        aws_secret_access_key=credentials[1],
         config=Config(retries={"max_attempts": 1}),
     )
 
@@ -163,6 +164,9 @@ def _group_alive(pgid: int) -> bool:
 
 def _server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    # the fake accepts only requests signed with the test keys, which every client here uses
+    env["DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"] = KEY
+    env["DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"] = KEY
     # the server (and so its jobs) runs the provider code this process imported, a clone included
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     if str(_CODE_ROOT) not in installed:

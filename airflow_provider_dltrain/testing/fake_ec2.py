@@ -100,10 +100,9 @@ class NodeNetwork:
                     raise RuntimeError(f"docker network create failed: {create.stderr.strip()}")
             else:
                 raise RuntimeError("no free 10.x.y.0/24 subnet for the instances' network")
-            from moto.server import ThreadedMotoServer
+            from airflow_provider_dltrain.testing.fake_aws_auth import gated_server
 
-            self.server = ThreadedMotoServer(ip_address=gateway, port=0, verbose=False)
-            self.server.start()
+            self.server = gated_server(gateway, 0)  # the instances' network is reachable by others too
             self.endpoint = f"http://{gateway}:{self.server.get_host_and_port()[1]}"
             hosts = subnet.hosts()
             next(hosts)  # the gateway

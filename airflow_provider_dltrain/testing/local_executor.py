@@ -168,8 +168,11 @@ class LocalCloudExecutor:
         workdir: Path | None = None,
         pid_file: Path | None = None,
         containers: ContainerMode | None = None,
+        credentials: tuple[str, str] = ("testing", "testing"),
     ) -> None:
         self.endpoint = endpoint
+        # (access key id, secret): what the fake accepts, and so what its jobs reach it with
+        self.credentials = credentials
         self.containers = containers
         self.poll_s = poll_s
         # one line per job started: its process group id, which a parent checks is gone after a stop
@@ -191,8 +194,8 @@ class LocalCloudExecutor:
             "s3",
             endpoint_url=endpoint,
             region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=credentials[0],
+            aws_secret_access_key=credentials[1],
             config=Config(retries={"max_attempts": 2}),
         )
 
@@ -298,11 +301,13 @@ class LocalCloudExecutor:
         container: ContainerSpec | None = None,
         endpoint: str | None = None,
     ) -> LocalJob:
-        """Start ``argv`` in ``workdir`` with the fake AWS's environment (plus ``env_extra``).
+        """Start ``argv`` in ``workdir`` with the job's environment: the AWS variables (this fake's
+        endpoint and credentials), ``env_extra``, and on the host the runtime variables of
+        :func:`job_base_env` (never the fake's own secrets or the rest of its environment).
 
         With ``container``, ``argv`` runs in that container; its environment is only the job's (the
-        AWS variables and ``env_extra``), not this process's. ``endpoint``: where the job reaches the
-        fake (default: this server's 127.0.0.1 endpoint).
+        AWS variables and ``env_extra``). ``endpoint``: where the job reaches the fake (default: this
+        server's 127.0.0.1 endpoint).
         """
         job_env = dict(env_extra or {})
         job_env.update(
@@ -311,14 +316,13 @@ class LocalCloudExecutor:
                 "AWS_ALLOW_HTTP": "true",
                 "AWS_REGION": region,
                 "AWS_DEFAULT_REGION": region,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_ACCESS_KEY_ID": self.credentials[0],
+                "AWS_SECRET_ACCESS_KEY": self.credentials[1],
                 "DLTRAIN_ENGINE": engine,
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        env = dict(os.environ)
-        env.pop("AWS_PROFILE", None)  # a profile would win over the test keys in some SDKs
+        env = job_base_env(os.environ)
         env.update(job_env)
         name = None
         if container is None:
@@ -417,6 +421,34 @@ class LocalCloudExecutor:
                     self._s3.put_object(Bucket=bucket, Key=prefix + name, Body=path.read_bytes())
         except Exception:  # logs are a convenience; a missing bucket must not change the job's outcome
             log.warning("could not upload logs of %s to %s", job.key, job.log_prefix, exc_info=True)
+
+
+# What a job process on the host inherits from the fake's environment: how to find programs, Python,
+# Java and Spark, the locale, TLS roots and proxies, the docker client's settings (container mode) and
+# the provider's own non-secret settings. Nothing else: the fake's environment may hold secrets (in the
+# compose stack, the S3 store's keys) that a submitted script must not read.
+JOB_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+        "JAVA_HOME", "JAVA_TOOL_OPTIONS", "SPARK_HOME", "HADOOP_HOME", "VIRTUAL_ENV", "PYTHONPATH",
+        "PYTHONHASHSEED", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+        "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "GIT_PYTHON_REFRESH",
+    }
+)  # fmt: skip
+JOB_ENV_PREFIXES = ("LC_", "PYSPARK_", "PIP_", "DLTRAIN_", "MLFLOW_")
+# never passed on, even under an allowed prefix
+SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL")
+
+
+def job_base_env(environ: Any) -> dict[str, str]:
+    """The variables of ``environ`` a job process may inherit (see ``JOB_ENV_NAMES``)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in JOB_ENV_NAMES or name.startswith(JOB_ENV_PREFIXES))
+        and not any(word in name.upper() for word in SECRET_WORDS)
+    }
 
 
 def remove_containers(names: list[str]) -> None:

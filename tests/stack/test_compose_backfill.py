@@ -6,7 +6,10 @@ Postgres holds Airflow's metadata and MLflow's runs; api-server, scheduler (Loca
 artifacts on S3. The nightly for DAYS (the ingest DAG, then the retrain DAG, one date after the other,
 through the REST call the UI makes) gives the answers; then a backfill of every date of the retrain
 DAG, started from the UI in Chromium with two runs at a time, must really run side by side, train
-nothing and leave every answer as the nightly left it. Screenshots and the services' logs go to
+nothing and leave every answer as the nightly left it; the scheduled run of the newest date waits for its
+partition until it lands, late, and then passes. The deployment is locked down: published ports on
+127.0.0.1 only, MLflow refuses anonymous writes, the fake AWS refuses other keys, and no zombie is left
+in the scheduler's container after the runs. Screenshots and the services' logs go to
 ``$DLTRAIN_TEST_ARTIFACTS`` (or the test's tmp dir). At the end no container, network or volume of the
 stack is left.
 
@@ -15,7 +18,9 @@ stack is left.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
+import json
 import re
 import secrets
 import subprocess
@@ -53,7 +58,11 @@ COMPOSE_FILES = [
     str(REPO / "docker" / "compose.yaml"),
     "-f",
     str(REPO / "docker" / "compose.offline.yaml"),
+    # the opt-in that publishes the S3 store on 127.0.0.1: the test reads the lake from the host
+    "-f",
+    str(REPO / "docker" / "compose.publish-s3.yaml"),
 ]
+LONG_RUNNING = ["postgres", "s3", "mlflow", "api-server", "scheduler", "dag-processor", "triggerer"]
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +109,17 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
     work = tmp_path_factory.mktemp("stack")
     project = f"dltrain-stack-{uuid.uuid4().hex[:8]}"
     ports = {name: free_port() for name in ("airflow", "mlflow", "s3")}
-    password = secrets.token_urlsafe(16)
+    password, mlflow_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     s3_key, s3_secret = f"key{secrets.token_hex(6)}", secrets.token_urlsafe(24)
     env_file = work / ".env"  # what a user's docker/.env holds
     env_file.write_text(
         "\n".join(
             [
                 f"POSTGRES_PASSWORD={secrets.token_urlsafe(16)}",
+                f"AIRFLOW_DB_PASSWORD={secrets.token_urlsafe(16)}",
+                f"MLFLOW_DB_PASSWORD={secrets.token_urlsafe(16)}",
+                f"MLFLOW_ADMIN_PASSWORD={mlflow_password}",
+                f"MLFLOW_SECRET_KEY={secrets.token_urlsafe(24)}",
                 f"AIRFLOW_JWT_SECRET={secrets.token_urlsafe(32)}",
                 f"DLTRAIN_S3_ACCESS_KEY={s3_key}",
                 f"DLTRAIN_S3_SECRET_KEY={s3_secret}",
@@ -157,9 +170,15 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
         )
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("DLTRAIN_LAKE_URI", "s3://lake/dltrain")  # what the stack's DAGs use
+            # MLflow's client in this process (the snapshots) logs in as the stack's admin
+            mp.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+            mp.setenv("MLFLOW_TRACKING_PASSWORD", mlflow_password)
             yield {
                 "api": api,
                 "password": password,
+                "mlflow_password": mlflow_password,
+                "s3": (s3_key, s3_secret, f"http://127.0.0.1:{ports['s3']}"),
+                "project": project,
                 "tracking_uri": f"http://127.0.0.1:{ports['mlflow']}",
                 "storage": storage,
                 "run": run,
@@ -213,7 +232,122 @@ def test_a_ui_backfill_of_every_date_two_at_a_time_reproduces_the_nightly(stack,
         page.goto(f"/dags/{DAG}/runs")
         expect(page.get_by_text(re.compile(r"^backfill__")).first).to_be_visible()
         page.screenshot(path=str(artifacts / "backfill-runs.png"))
-    runs = [r for r in runs if r["data_interval_start"][:10] in DAYS]
-    assert len(runs) == N_DAYS, runs
+    assert sorted(r["data_interval_start"][:10] for r in runs) == DAYS, runs
     assert _overlapping(runs), f"no two runs of the backfill ran side by side: {runs}"
     assert_reran_and_reproduced(api, runs, DAYS, before, stack["tracking_uri"], stack["storage"])
+
+
+def _task_instance(api: AirflowApi, dag_id: str, run_id: str, task_id: str) -> dict:
+    return api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+
+def test_the_scheduled_run_waits_for_a_partition_that_lands_late_and_then_passes(stack, nightly):
+    """With DLTRAIN_POLL_INTERVAL=1 the sensor once failed within about 130 s ("finished with state
+    success, but the task instance's state attribute is running": a 1 s reschedule raced the scheduler).
+    The run the scheduler made when the DAG was unpaused has waited the whole backfill for a date no
+    one seeded; it must still be waiting, and pass once that date's partition lands."""
+    api = stack["api"]
+    (scheduled,) = api.call("GET", f"/api/v2/dags/{DAG}/dagRuns?run_type=scheduled&limit=100")["dag_runs"]
+    ds, run_id = scheduled["data_interval_start"][:10], scheduled["dag_run_id"]
+    assert ds not in DAYS and scheduled["state"] == "running", scheduled
+    sensor = _task_instance(api, DAG, run_id, "wait_for_partition")
+    assert sensor["state"] in ("running", "up_for_reschedule", "queued", "scheduled"), sensor
+    assert sensor["try_number"] == 1, sensor
+    started = calendar.timegm(time.strptime(sensor["start_date"][:19], "%Y-%m-%dT%H:%M:%S"))
+    assert time.time() - started > 150, f"the sensor has waited only {time.time() - started:.0f}s: {sensor}"
+
+    # the date's images land late, and the ingest DAG writes its partition
+    stack["run"]("exec", "-T", "scheduler", "dltrain", "demo", "seed", "--start", ds, "--days", "1",
+                 "--per-day", str(PER_DAY))  # fmt: skip
+    backfill = create_backfill(api, "dltrain_ingest", [ds], reprocess="completed")
+    wait_for_backfill(api, backfill, "dltrain_ingest", 1, timeout=900)
+    deadline = time.monotonic() + 900
+    while (run := api.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}"))["state"] == "running":
+        assert time.monotonic() < deadline, f"the scheduled run of {ds} did not finish: {run}"
+        time.sleep(5)
+    sensor = _task_instance(api, DAG, run_id, "wait_for_partition")
+    assert (run["state"], sensor["state"], sensor["try_number"]) == ("success", "success", 1), (run, sensor)
+
+
+def _container(stack: dict, service: str) -> str:
+    return stack["run"]("ps", "-q", service).strip()
+
+
+def test_published_ports_bind_to_loopback_only(stack):
+    for service in ("api-server", "mlflow", "s3"):
+        inspect = subprocess.run(
+            ["docker", "inspect", "--format", "{{json .NetworkSettings.Ports}}", _container(stack, service)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        bindings = [b for b in json.loads(inspect.stdout).values() if b]
+        assert bindings, f"{service} publishes nothing"
+        assert {b["HostIp"] for binding in bindings for b in binding} == {"127.0.0.1"}, (service, bindings)
+    for service in ("postgres", "scheduler", "triggerer", "dag-processor"):
+        inspect = subprocess.run(
+            [
+                "docker",
+                "inspect",
+                "--format",
+                "{{json .HostConfig.PortBindings}}",
+                _container(stack, service),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert json.loads(inspect.stdout) in ({}, None), (service, inspect.stdout)
+
+
+def test_mlflow_refuses_anonymous_writes_and_the_stack_user_may_write(stack):
+    url = f"{stack['tracking_uri']}/api/2.0/mlflow/registered-models/create"
+    body = json.dumps({"name": "intruder"}).encode()
+    headers = {"Content-Type": "application/json"}
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(urllib.request.Request(url, body, headers, method="POST"), timeout=30)
+    assert info.value.code == 401
+    from mlflow import MlflowClient
+
+    client = MlflowClient(stack["tracking_uri"])  # MLFLOW_TRACKING_USERNAME/PASSWORD of the fixture
+    assert not client.search_registered_models(filter_string="name = 'intruder'")
+    versions = client.search_model_versions(max_results=1)
+    assert versions, "the nightly registered no model version"
+    tag_url = f"{stack['tracking_uri']}/api/2.0/mlflow/model-versions/set-tag"
+    tag = {"name": versions[0].name, "version": versions[0].version, "key": "owned", "value": "yes"}
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(
+            urllib.request.Request(tag_url, json.dumps(tag).encode(), headers, method="POST"), timeout=30
+        )
+    assert info.value.code == 401
+
+
+def test_the_fake_aws_refuses_other_keys_and_its_jobs_get_none_of_its_secrets(stack):
+    from airflow_provider_dltrain.testing.fake_aws_process import client
+
+    key, secret, endpoint = stack["s3"]
+    with pytest.raises(Exception) as info:
+        client("s3", endpoint, credentials=("nobody", "wrong")).list_buckets()
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert "lake" in {
+        b["Name"] for b in client("s3", endpoint, credentials=(key, secret)).list_buckets()["Buckets"]
+    }
+    top = subprocess.run(
+        ["docker", "top", _container(stack, "s3")], capture_output=True, text=True, check=True
+    )
+    assert secret not in top.stdout
+
+
+def test_no_zombie_in_any_long_running_container_after_the_runs(stack, nightly):
+    for service in LONG_RUNNING:
+        ps = (
+            stack["run"]("exec", "-T", service, "ps", "-eo", "pid,stat,comm") if service != "postgres" else ""
+        )
+        zombies = [line for line in ps.splitlines()[1:] if line.split()[1].startswith("Z")]
+        assert not zombies, f"{service}: {zombies}"
+        top = subprocess.run(
+            ["docker", "top", _container(stack, service)], capture_output=True, text=True, check=True
+        )
+        assert "<defunct>" not in top.stdout, f"{service}: {top.stdout}"
+        for secret in (stack["password"], stack["mlflow_password"], stack["s3"][1]):
+            assert secret not in top.stdout, f"{service} shows a secret on a command line"
