@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_RERUN_FACTS, LastWrite
 from airflow_provider_dltrain.lake.storage import StorageOptions
 
+logger = logging.getLogger(__name__)
 SCHEME = "dltrain-rerun-v1"  # bumped whenever the facts change meaning: older records never match
 SCORING_CODE = "airflow_provider_dltrain.inference.scoring:score_table"
 Storage = Callable[[str], StorageOptions | None]
@@ -87,9 +89,10 @@ def check_etl(
     from airflow_provider_dltrain.etl.writer import default_quarantine_uri
 
     resolve = storage or _no_storage
-    facts, missing = _established(lambda: _etl_facts(spec, resolve, transform))
     options = spec.params.get("write") or {}
     quarantine = options.get("quarantine_uri") or default_quarantine_uri(spec.table_uri)
+    warn_short_retention(spec.table_uri, resolve, options.get("backfill_horizon_days"))
+    facts, missing = _established(lambda: _etl_facts(spec, resolve, transform))
     return _decide(spec.table_uri, spec.partition, facts, missing, resolve, force, quarantine, _etl_result)
 
 
@@ -109,6 +112,7 @@ def check_score(
     from airflow_provider_dltrain.etl.writer import default_quarantine_uri
 
     resolve = storage or _no_storage
+    warn_short_retention(table_uri, resolve)
     facts, missing = _established(lambda: _score_facts(params, resolve))
     quarantine = default_quarantine_uri(table_uri)
 
@@ -124,6 +128,21 @@ def check_score(
         }
 
     return _decide(table_uri, partition, facts, missing, resolve, force, quarantine, result)
+
+
+def warn_short_retention(table_uri: str, storage: Storage, days: int | None = None) -> list[str]:
+    """Log (and return) a warning for each retention property of the table shorter than the backfill
+    horizon, before the run uses it (nothing for a table that does not exist yet)."""
+    from airflow_provider_dltrain.lake.retention import check_table
+
+    try:
+        warnings = check_table(table_uri, storage(table_uri), days)
+    except Exception as err:  # a warning must never stop the run: the stage reports real errors
+        logger.debug("retention of %s not checked: %s", table_uri, err)
+        return []
+    for warning in warnings:
+        logger.warning("%s", warning)
+    return warnings
 
 
 # -- facts ------------------------------------------------------------------------------------------

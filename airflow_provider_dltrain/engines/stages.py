@@ -41,6 +41,9 @@ class DeltaWriteOptions:
         e.g. ``{"ds": "date"}``. A value that does not match is refused before any work starts.
         Whatever the format, a value with whitespace, control characters or characters unsafe in a
         directory name (``/``, backslash, ``=``, ``:``, ``*``, ``?``, quotes, ...) is refused.
+    :param backfill_horizon_days: how many days back every date stays reproducible: the log and
+        removed-file retention a table (and its quarantine) created by this write keeps; an existing
+        table with less is warned about. Default ``DLTRAIN_BACKFILL_HORIZON_DAYS`` (400).
     """
 
     partition_by: tuple[str, ...] | None = None
@@ -50,6 +53,7 @@ class DeltaWriteOptions:
     num_files: int | None = None
     allow_empty: bool = False
     partition_formats: Mapping[str, str] | None = None
+    backfill_horizon_days: int | None = None
 
 
 WRITE_OPTIONS = tuple(f.name for f in dataclasses.fields(DeltaWriteOptions))
@@ -75,6 +79,10 @@ def check_write_options(
         raise InvalidSpecError(f"write: unknown option(s) {unknown}; known options: {sorted(WRITE_OPTIONS)}")
     formats = values.get("partition_formats")
     part.check_partition_formats(formats, field="write.partition_formats")
+    if values.get("backfill_horizon_days") is not None:
+        from airflow_provider_dltrain.lake.retention import horizon_days
+
+        horizon_days(values["backfill_horizon_days"])
     if partition is not None:
         part.validate_partition(partition, formats=formats)
     return dict(values)
@@ -139,6 +147,7 @@ def _run_etl(
         quarantine_uri=options.get("quarantine_uri"),
         max_bad_fraction=float(options.get("max_bad_fraction", 0.0)),
         allow_empty=bool(options.get("allow_empty", False)),
+        backfill_horizon_days=options.get("backfill_horizon_days"),
     )
     log.info(
         "%s %s version %d: %d row(s), %d quarantined%s",

@@ -33,6 +33,7 @@ from airflow_provider_dltrain.lake.pairing import (
     pairing_metadata,
 )
 from airflow_provider_dltrain.lake.ref import DeltaRef
+from airflow_provider_dltrain.lake.retention import table_properties
 from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 from airflow_provider_dltrain.lake.write import (
     PartitionWrite,
@@ -127,6 +128,7 @@ def write_dataframe(
     quarantine_uri: str | None = None,
     max_bad_fraction: float = 0.0,
     allow_empty: bool = False,
+    backfill_horizon_days: int | None = None,
 ) -> WriteResult:
     """Replace ``partition`` of ``table_uri`` with ``df`` (bad rows to quarantine) in one commit each.
 
@@ -135,6 +137,8 @@ def write_dataframe(
     :param max_bad_fraction: above this share of bad rows nothing is committed to either table.
     :param allow_empty: commit a write with no rows at all (emptying the partition); refused by default,
         since an input glob that matched nothing would otherwise silently erase the partition.
+    :param backfill_horizon_days: the retention a table created here keeps (default
+        ``DLTRAIN_BACKFILL_HORIZON_DAYS``, 400; :mod:`~airflow_provider_dltrain.lake.retention`).
     :raises SchemaMismatchError: before anything is written, naming the conflicting columns.
     :raises BadDataError: too many bad rows; the files written are removed, nothing is committed.
     """
@@ -161,6 +165,7 @@ def write_dataframe(
         allow_empty,
         dict(metadata or {}),
         storage_options,
+        table_properties(backfill_horizon_days),
     )
     return _write_with_delta_rs(df, target, data_schema, table_schema, schema_mode)
 
@@ -177,6 +182,7 @@ class _Target:
     allow_empty: bool
     metadata: dict[str, str]
     storage_options: StorageOptions | None
+    configuration: dict[str, str] = field(default_factory=dict)  # properties of a table created here
 
     @property
     def rel_dir(self) -> str:
@@ -331,6 +337,7 @@ def _commit_both(
         metadata={**t.metadata, META_ROWS_QUARANTINED: str(n_bad)},
         storage_options=t.storage_options,
         digest=got.good_state,
+        configuration=t.configuration,
     )
     if not (got.bad or table_arrow_schema(t.quarantine_uri, t.storage_options) is not None):
         return None, main
@@ -349,6 +356,7 @@ def _commit_both(
         storage_options=t.storage_options,
         digest=got.bad_state,
         recorded=pair,
+        configuration=t.configuration,
     )
     return quarantine, main
 

@@ -1,21 +1,29 @@
 """Which commits last changed which partitions: the versions a backfill must pin to reproduce a run.
 
-Everything here is one backward walk over commit files (:func:`walk_back`): its cost is the number of
-commits made after the partitions asked about were written, never the size of the table.
+Answered from the table's history index (:mod:`.history_index`), which the provider's writes keep
+beside the log: a pin, a partition's last write and the digests of the partitions a run reads cost
+the same few reads on day two and in year two, and survive the log retention that removes old
+commit files. :func:`walk_back` is the plain backward walk over commit files, for what the index
+does not hold.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake import history_index
 from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.history_index import HistoryIndex, Write, key_of
 from airflow_provider_dltrain.lake.log import DeltaLog
-from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION, canonical_partition
+from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
-from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
+
+logger = logging.getLogger(__name__)
 
 PartitionValues = dict[str, Any]  # as in the log: column -> string, or None for a null value
 Key = tuple[tuple[str, Any], ...]
@@ -37,10 +45,6 @@ class Commit:
 
     def ref(self, uri: str) -> DeltaRef:
         return DeltaRef(uri, self.version, millis_to_iso(self.info.get("timestamp")))
-
-
-def key_of(values: Mapping[str, Any]) -> Key:
-    return tuple(sorted(values.items()))
 
 
 def _sort_key(key: Key) -> tuple[tuple[str, str], ...]:
@@ -86,46 +90,57 @@ def walk_back(log: DeltaLog, newest: int, what: str) -> Iterator[Commit]:
 def newest_writes(
     log: DeltaLog, newest: int, wanted: Collection[Key], what: str, *, stop_at_gap: bool = False
 ) -> dict[Key, Commit]:
-    """The newest commit at or before ``newest`` touching each wanted partition (exact keys).
+    """The newest commit at or before ``newest`` touching each wanted partition (exact keys), from the
+    history index: ``info`` holds the digest and partition it recorded (nothing for another tool's).
 
-    Stops as soon as every partition is found. With ``stop_at_gap`` a cleaned-up log ends the walk
-    quietly and the partitions not found yet are missing from the result.
+    A partition whose last write is older than the retained log is answered with the oldest
+    readable version (an inferred write, no digest). ``what`` and ``stop_at_gap`` are kept for callers
+    of the walk this replaced; nothing is missing from the result unless no commit wrote it.
     """
-    remaining = set(wanted)
     found: dict[Key, Commit] = {}
-    if not remaining:
+    if not wanted:
         return found
-    try:
-        for commit in walk_back(log, newest, what):
-            for values in commit.partitions:
-                key = key_of(values)
-                if key in remaining:
-                    found[key] = commit
-                    remaining.discard(key)
-            if not remaining:
-                break
-    except LogRetentionError:
-        if not stop_at_gap:
-            raise
+    index = history_index.load(log.uri, log.storage_options, newest=newest)
+    if index is None:
+        return found
+    for key in wanted:
+        write = index.last_write(key, newest)
+        if write is None:
+            continue
+        info: dict[str, Any] = {"timestamp": write.timestamp}
+        if write.recorded:
+            info[META_PARTITION] = history_index.canonical(key)
+            if write.digest:
+                info[META_DIGEST] = write.digest
+            info.update(write.who or {})
+        found[key] = Commit(write.version, info, (dict(key),))
     return found
 
 
-def _first_touching(
-    log: DeltaLog, newest: int, what: str, matches: Callable[[PartitionValues], bool]
-) -> DeltaRef:
-    for commit in walk_back(log, newest, what):
-        if any(matches(values) for values in commit.partitions):
-            return commit.ref(log.uri)
-    raise TableNotFoundError(
-        f"no commit of {log.uri} up to version {newest} wrote {what}; has it been ingested?"
-    )
+def _index(uri: str, at_version: int | None, storage_options: StorageOptions | None) -> HistoryIndex:
+    index = history_index.load(uri, storage_options, newest=at_version)
+    if index is None:
+        raise TableNotFoundError(f"no Delta table at {normalize_uri(uri)}")
+    return index
 
 
-def _newest(log: DeltaLog, at_version: int | None) -> int:
-    newest = log.latest_version() if at_version is None else at_version
-    if newest is None:
-        raise TableNotFoundError(f"no Delta table at {log.uri}")
-    return newest
+def _pin(index: HistoryIndex, write: Write | None, what: str, at_version: int | None) -> DeltaRef:
+    if write is None:
+        upto = index.indexed if at_version is None else at_version
+        raise TableNotFoundError(
+            f"no commit of {index.uri} up to version {upto} wrote {what}; has it been ingested?"
+        )
+    if write.inferred:
+        logger.warning(
+            "%s of %s was last written before version %d, the oldest version its log still holds (older "
+            "commit files were removed by the table's log retention); pinned to version %d, which holds "
+            "the same content",
+            what,
+            index.uri,
+            write.version,
+            write.version,
+        )
+    return write.ref(index.uri)
 
 
 def _at_or_before(bound: Mapping[str, str]) -> Callable[[PartitionValues], bool]:
@@ -143,17 +158,26 @@ def partition_commit(
 
     Reading the table at that version gives the partition exactly as it is now, and every earlier
     partition as it was when this one was written — the same bytes whenever the run is repeated,
-    however many later partitions were appended since. Walks commit files backwards; its cost is
-    the number of commits made after the partition was written.
+    however many later partitions were appended since. Answered from the table's history index
+    (:mod:`.history_index`): the same few reads however long the history. When that commit's log
+    was removed before the index knew it, the oldest readable version stands in (same content).
     """
     wanted = part.validate_partition(partition)
-    log = DeltaLog(uri, storage_options)
-    return _first_touching(
-        log,
-        _newest(log, at_version),
-        f"partition {wanted}",
-        lambda values: all(values.get(c) == v for c, v in wanted.items()),
+    index = _index(uri, at_version, storage_options)
+    key = key_of(wanted)
+    write = next(
+        (
+            w
+            for w in reversed(index.writes.get(key) or [])
+            if w.files and w.version <= _upto(index, at_version)
+        ),
+        None,
     )
+    return _pin(index, write, f"partition {wanted}", at_version)
+
+
+def _upto(index: HistoryIndex, at_version: int | None) -> int:
+    return index.indexed if at_version is None else at_version
 
 
 def cutoff_commit(
@@ -170,8 +194,9 @@ def cutoff_commit(
     the version a training run on ``ds <= D`` pins, so that it sees restated history.
     """
     bound = part.validate_partition(upper, field="upper", bounds=True)
-    log = DeltaLog(uri, storage_options)
-    return _first_touching(log, _newest(log, at_version), f"any partition <= {bound}", _at_or_before(bound))
+    index = _index(uri, at_version, storage_options)
+    write = index.newest_touching(_at_or_before(bound), at_version)
+    return _pin(index, write, f"any partition <= {bound}", at_version)
 
 
 def _live_partitions(uri: str, version: int, storage_options: StorageOptions | None) -> list[PartitionValues]:
@@ -180,15 +205,14 @@ def _live_partitions(uri: str, version: int, storage_options: StorageOptions | N
     return [dict(p) for p in open_table(uri, version, storage_options).partitions()]
 
 
-def _lineage(values: PartitionValues, commit: Commit) -> dict[str, Any]:
-    info = commit.info
-    recorded = info.get(META_PARTITION) == canonical_partition(values)
+def _lineage(values: PartitionValues, write: Write) -> dict[str, Any]:
+    who = dict(write.who or {})
     return {
         "partition": dict(sorted(values.items())),
-        "version": commit.version,
-        "timestamp": millis_to_iso(info.get("timestamp")),
-        "digest": info.get(META_DIGEST) if recorded else None,
-        **{k: info.get(f"airflow.{k}") for k in LINEAGE_KEYS},
+        "version": write.version,
+        "timestamp": millis_to_iso(write.timestamp),
+        "digest": write.digest,
+        **{k: who.get(f"airflow.{k}") for k in LINEAGE_KEYS},
     }
 
 
@@ -203,18 +227,23 @@ def partition_commits(
     (``dag_id``, ``run_id``, ``task_id``, ``try_number``, ``logical_date``; ``None`` when unknown) and
     the content ``digest`` that commit recorded (``None`` when it recorded none). Sorted by partition.
 
-    The lineage of data read at ``at_version``: one backward walk of the log, which stops at the
-    oldest of those commits.
+    The lineage of data read at ``at_version``, from the table's history index: no commit file is
+    read however many partitions there are.
     """
-    log = DeltaLog(uri, storage_options)
-    newest = _newest(log, at_version)
-    live = _live_partitions(log.uri, newest, storage_options)
+    index = _index(uri, at_version, storage_options)
+    newest = _upto(index, at_version)
+    live = _live_partitions(index.uri, newest, storage_options)
     if upper is not None:
         keep = _at_or_before(part.validate_partition(upper, field="upper", bounds=True))
         live = [values for values in live if keep(values)]
-    wanted = {key_of(values): values for values in live}
-    writes = newest_writes(log, newest, wanted, f"a partition live at version {newest}")
-    missing = sorted(set(wanted) - set(writes), key=_sort_key)
-    if missing:  # live files no commit in the log added: a log rewritten by hand
-        raise TableNotFoundError(f"no commit of {log.uri} up to version {newest} wrote partitions {missing}")
-    return [_lineage(wanted[key], writes[key]) for key in sorted(wanted, key=_sort_key)]
+    out = []
+    for values in sorted(live, key=lambda v: _sort_key(key_of(v))):
+        write = index.last_write(key_of(values), newest)
+        if write is None:  # live files no commit in the log added: a log rewritten by hand
+            raise TableNotFoundError(
+                f"no commit of {index.uri} up to version {newest} wrote partition {values}"
+            )
+        if not write.recorded:  # written by another tool: its digest is not this partition's
+            write = Write(write.version, write.timestamp, None, write.flags, None)
+        out.append(_lineage(values, write))
+    return out

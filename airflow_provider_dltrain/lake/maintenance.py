@@ -12,18 +12,19 @@ younger than the retention and stay.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, TableNotFoundError
+from airflow_provider_dltrain.lake import history_index
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, normalize_uri
 
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default delta.deletedFileRetentionDuration
 PARTIAL_UPLOAD = re.compile(r"\.parquet#\d+$")
-_UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,25 @@ def vacuum(
     storage_options: StorageOptions | None = None,
 ) -> VacuumResult:
     """Delete every file in the table's directories that no retained version references and that is
-    older than the retention: files removed by later commits, and files of writes that never committed.
+    older than the retention: files of writes that never committed, and files removed by later
+    commits once they are older than the backfill horizon too.
+
+    The two kinds age differently. A file no version ever referenced (a killed write) is needed by
+    nobody once it is older than ``retention_hours`` (a write still running is younger). A file a
+    commit removed is what an older version reads: it stays for the longer of that retention and
+    the backfill horizon (:mod:`.retention`), so a backfill inside the horizon can still read the
+    version it pins, whatever the table's ``delta.deletedFileRetentionDuration`` says.
 
     :param retention_hours: minimum age of a file to delete; default the table's
-        ``delta.deletedFileRetentionDuration`` (7 days unless set).
+        ``delta.deletedFileRetentionDuration`` for removed files, and for files of killed writes
+        the shorter of that and 7 days (Delta's default).
     :param dry_run: only list the files.
-    :param force: accept ``retention_hours`` below the table's retention. Files of a write still
-        running may then be deleted before its commit, which then refers to missing files.
+    :param force: accept ``retention_hours`` below the table's retention, and apply it to removed
+        files too, inside the horizon. Files of a write still running may then be deleted before its
+        commit, which then refers to missing files, and versions inside the horizon lose theirs.
     :raises InvalidSpecError: ``retention_hours`` is below the table's retention without ``force``.
     """
-    from deltalake.exceptions import DeltaError
-
+    from airflow_provider_dltrain.lake.retention import horizon_days
     from airflow_provider_dltrain.lake.table import open_table
 
     uri = normalize_uri(uri)
@@ -72,33 +81,50 @@ def vacuum(
     if DeltaLog(uri, storage_options).latest_version() is None:
         raise TableNotFoundError(f"no Delta table at {uri}")
     table = open_table(uri, None, storage_options)
-    try:
-        files = table.vacuum(
-            retention_hours=retention_hours,
-            dry_run=dry_run,
-            enforce_retention_duration=not force,
-            full=True,
-        )
-    except DeltaError as err:
-        if "retention" not in str(err).lower():
-            raise
+    table_hours = table_retention_hours(table)
+    if retention_hours is not None and retention_hours < table_hours and not force:
         raise InvalidSpecError(
             f"retention of {retention_hours} hour(s) is below the retention of {uri} "
-            f"(delta.deletedFileRetentionDuration): {err}. Pass force=True (--force) only when no write "
-            "to the table is running."
-        ) from err
-    hours = float(retention_hours) if retention_hours is not None else table_retention_hours(table)
-    partial = _partial_uploads(uri, table, hours, storage_options, delete=not dry_run)
+            f"(delta.deletedFileRetentionDuration, {table_hours:g} hours). Pass force=True (--force) only "
+            "when no write to the table is running."
+        )
+    # killed writes: Delta's 7 days (or the table's, when shorter) covers any write still running
+    short = retention_hours if retention_hours is not None else min(table_hours, DEFAULT_RETENTION_HOURS)
+    removed_after = short if force else max(short, table_hours, horizon_days() * 24)
+    # the checks above replace delta-rs's: its own check would refuse the shorter window for killed writes
+    every = set(
+        table.vacuum(retention_hours=int(short), dry_run=True, enforce_retention_duration=False, full=True)
+    )
+    removed_by_commits = set(
+        table.vacuum(retention_hours=int(short), dry_run=True, enforce_retention_duration=False)
+    )
+    removed = table.vacuum(
+        retention_hours=int(removed_after), dry_run=dry_run, enforce_retention_duration=False
+    )
+    never_committed = sorted(every - removed_by_commits)  # in no version of the log: killed writes
+    if not dry_run:
+        _delete(uri, never_committed, storage_options)
+        history_index.update(uri, storage_options)
+    files = [*removed, *never_committed]
+    partial = _partial_uploads(uri, table, float(short), storage_options, delete=not dry_run)
     return VacuumResult(uri, sorted([*files, *partial]), dry_run, retention_hours)
+
+
+def _delete(uri: str, paths: list[str], storage_options: StorageOptions | None) -> None:
+    """Delete files given relative to the table (or as absolute URIs, as delta-rs may list them)."""
+    fs, root = filesystem(uri, storage_options)
+    for path in paths:
+        target = path.split("://", 1)[-1] if "://" in path else f"{root}/{path.lstrip('/')}"
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(target)
 
 
 def table_retention_hours(table: Any) -> float:
     """The table's ``delta.deletedFileRetentionDuration`` (``interval 7 days``) in hours."""
-    text = (table.metadata().configuration or {}).get("delta.deletedFileRetentionDuration")
-    match = re.fullmatch(r"\s*interval\s+(\d+)\s+(second|minute|hour|day|week)s?\s*", str(text or ""), re.I)
-    if not match:
-        return DEFAULT_RETENTION_HOURS
-    return int(match.group(1)) * _UNIT_HOURS[match.group(2).lower()]
+    from airflow_provider_dltrain.lake.retention import FILE_RETENTION, interval_hours
+
+    text = (table.metadata().configuration or {}).get(FILE_RETENTION)
+    return interval_hours(text, DEFAULT_RETENTION_HOURS)
 
 
 def _partial_uploads(

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from airflow_provider_dltrain.lake import partition as part
-from airflow_provider_dltrain.lake.digest import META_DIGEST, META_PARTITION, canonical_partition
-from airflow_provider_dltrain.lake.log import DeltaLog
-from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.lake.storage import StorageOptions
+from airflow_provider_dltrain.lake.digest import META_DIGEST
+from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
+from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 
 META_MAIN_VERSION = "dltrain.main_version"  # quarantine commit: the main commit it belongs to
 META_MAIN_DIGEST = "dltrain.main_digest"  # quarantine commit: that main partition's digest ("" = empty)
@@ -41,21 +40,16 @@ def last_recorded_commit(
     wrote ``partition`` (every write of this provider does, an empty one included); ``None`` when
     there is none in the retained log.
     """
-    from airflow_provider_dltrain.lake.history import LogRetentionError, walk_back
+    from airflow_provider_dltrain.lake import history_index
 
     spec = part.validate_partition(partition)
-    log = DeltaLog(uri, storage_options)
-    newest = log.latest_version() if at_version is None else at_version
-    if newest is None:
+    index = history_index.load(uri, storage_options, newest=at_version)
+    if index is None:
         return None
-    wanted = canonical_partition(spec)
-    try:
-        for commit in walk_back(log, newest, f"partition {spec}"):
-            if commit.info.get(META_PARTITION) == wanted:
-                return commit.version, commit.info
-    except LogRetentionError:
+    write = index.last_write(history_index.key_of(spec), at_version, recorded=True)
+    if write is None:
         return None
-    return None
+    return write.version, index.info(write.version)
 
 
 def pairing_metadata(
@@ -109,34 +103,27 @@ def quarantine_pairing(
     if main is None:
         return QuarantinePairing(None, None, "none")
     version, info = main
-    main_ref = DeltaLog(main_uri, storage_options).ref(version)
+    main_ref = DeltaRef(normalize_uri(main_uri), version, millis_to_iso(info.get("timestamp")))
     expected = {META_MAIN_VERSION: str(version), META_MAIN_DIGEST: info.get(META_DIGEST) or ""}
     quarantined = int(info.get(META_ROWS_QUARANTINED, "0") or 0)
     found = _paired_commit(quarantine_uri, spec, expected, storage_options)
     if found is not None:
-        return QuarantinePairing(main_ref, DeltaLog(quarantine_uri, storage_options).ref(found), "paired")
+        return QuarantinePairing(main_ref, found, "paired")
     return QuarantinePairing(main_ref, None, "stale" if quarantined else "none")
 
 
 def _paired_commit(
     uri: str, spec: dict[str, str], expected: Mapping[str, str], storage_options: StorageOptions | None
-) -> int | None:
-    from airflow_provider_dltrain.lake.history import LogRetentionError, walk_back
+) -> DeltaRef | None:
+    from airflow_provider_dltrain.lake import history_index
 
-    log = DeltaLog(uri, storage_options)
-    newest = log.latest_version()
-    if newest is None:
+    index = history_index.load(uri, storage_options)
+    if index is None:
         return None
-    wanted = canonical_partition(spec)
-    try:
-        for commit in walk_back(log, newest, f"partition {spec}"):
-            info = commit.info
-            if info.get(META_PARTITION) != wanted:
-                continue
-            if all(info.get(k) == v for k, v in expected.items()):
-                return commit.version
-            if int(info.get(META_MAIN_VERSION, "-1") or -1) < int(expected[META_MAIN_VERSION]):
-                return None  # older than the main commit: nothing newer can belong to it
-    except LogRetentionError:
-        return None
+    for write in index.recorded_writes(history_index.key_of(spec)):
+        info = index.info(write.version)
+        if all(info.get(k) == v for k, v in expected.items()):
+            return write.ref(index.uri)
+        if int(info.get(META_MAIN_VERSION, "-1") or -1) < int(expected[META_MAIN_VERSION]):
+            return None  # older than the main commit: nothing newer can belong to it
     return None

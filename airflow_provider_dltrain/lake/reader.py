@@ -74,7 +74,11 @@ class VersionScan:
 
 
 def scan_version(
-    ref: DeltaRef, storage_options: StorageOptions | None = None, filters: Any = None
+    ref: DeltaRef,
+    storage_options: StorageOptions | None = None,
+    filters: Any = None,
+    *,
+    rows_of: Any = None,
 ) -> VersionScan:
     """The files of exactly ``ref``'s version that ``filters`` (delta-rs DNF tuples) can select.
 
@@ -82,12 +86,17 @@ def scan_version(
     its deletion vector removes, so a reader of the Parquet files returns the version's rows and
     not the deleted ones. Raises :class:`SchemaMismatchError` for reader features a Parquet read
     cannot honour (column mapping), naming the table, the version and the feature.
+
+    A version whose commit files log retention removed is read from the oldest readable version
+    when no commit in between touched a partition the reader selects (same rows; ``rows_of``: the
+    DNF that decides which partitions, default ``filters``); a version whose data files of selected
+    partitions a VACUUM removed is refused, naming them (:mod:`.history_recovery`).
     """
     import pyarrow as pa
 
-    from airflow_provider_dltrain.lake.table import open_table
+    from airflow_provider_dltrain.lake.history_recovery import open_for_rows
 
-    table = open_table(ref.uri, ref.version, storage_options)
+    table = open_for_rows(ref, storage_options, filters if rows_of is None else rows_of)
     _require_scannable(table, ref)
     root = normalize_uri(ref.uri)
     partition_columns = tuple(table.metadata().partition_columns)

@@ -3,8 +3,8 @@
 Both serve the decision an operator takes before it starts Spark or submits a job: would this run
 rewrite the partition with the content it already holds? The facts a write was computed from are
 recorded in its commit (:data:`META_RERUN_FACTS`); :func:`last_write` finds the commit that last
-touched a partition (an overwrite, another tool's delete or compaction alike) by walking the log
-back from the newest version, so its cost is the number of commits made since.
+touched a partition (an overwrite, another tool's delete or compaction alike) in the table's history
+index, at the same cost whatever the length of the history.
 
 :func:`version_fingerprint` names the rows a pinned version gives a reader with a filter, without
 reading them: per partition the content digest its last commit recorded
@@ -70,36 +70,35 @@ class LastWrite:
 def last_write(
     uri: str, partition: Mapping[str, object], storage_options: StorageOptions | None = None
 ) -> LastWrite | None:
-    """The newest commit that touched ``partition``; None with no table, no such commit or a cleaned-up log."""
+    """The newest commit that touched ``partition``; None with no table or no such commit.
+
+    From the table's history index (:mod:`.history_index`): the index's head, the commits after it and
+    one commit record, however long the history; the record outlives the commit file that log
+    retention removes. A partition whose last write the index only knows as the oldest readable
+    version (its log was gone before it was indexed) has no recorded facts: it is computed.
+    """
+    from airflow_provider_dltrain.lake import history_index
+
     spec = part.validate_partition(partition)
-    log = DeltaLog(uri, storage_options)
-    newest = log.latest_version()
-    if newest is None:
+    index = history_index.load(uri, storage_options)
+    if index is None:
         return None
-    key = history.key_of(spec)
-    metadata = False
-    try:
-        for commit in history.walk_back(log, newest, f"partition {spec}"):
-            if any(history.key_of(values) == key for values in commit.partitions):
-                rows = _rows_added(log, commit.version, key)
-                return LastWrite(commit.ref(log.uri), commit.info, newest, metadata, rows)
-            metadata = metadata or commit.changes_metadata
-    except history.LogRetentionError:
+    write = index.last_write(history.key_of(spec))
+    if write is None or not (write.files or write.recorded):
         return None
-    return None
+    info = {} if write.inferred else index.info(write.version)
+    record = None if write.inferred else index.record(write.version)
+    rows = _rows_of(record, history.key_of(spec))
+    changed = index.metadata_changed(write.version)
+    return LastWrite(write.ref(index.uri), info, index.indexed, changed, rows)
 
 
-def _rows_added(log: DeltaLog, version: int, key: history.Key) -> int | None:
-    total = 0
-    for action in log.commit_actions(version):
-        add = action.get("add")
-        if not add or history.key_of(dict(add.get("partitionValues") or {})) != key:
-            continue
-        try:
-            total += int(json.loads(add.get("stats") or "{}")["numRecords"])
-        except (KeyError, TypeError, ValueError):
-            return None
-    return total
+def _rows_of(record: Mapping[str, Any] | None, key: history.Key) -> int | None:
+    for entry in (record or {}).get("partitions") or []:
+        if history.key_of(entry.get("values") or {}) == key:
+            rows = entry.get("rows")
+            return int(rows) if rows is not None else None
+    return 0 if record is not None else None
 
 
 def version_fingerprint(

@@ -151,7 +151,9 @@ def resolve(
 
     ref = DeltaRef.coerce(ref)
     ref = DeltaRef(normalize_uri(ref.uri), ref.version, ref.timestamp)
-    scan = scan_version(ref, storage_options)  # every file: the filter is cast and applied below
+    # every file: the filter is cast and applied below (it also says which partitions count when
+    # the version must be read from a later one, its log being gone)
+    scan = scan_version(ref, storage_options, rows_of=normalize_filter(data_filter))
     if ref.timestamp is None:  # a hand-written {"uri", "version"}: record when that version was committed
         ref = ref_at(ref.uri, ref.version, storage_options)
     root = f"{normalize_uri(scan.ref.uri)}/"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 from airflow_provider_dltrain.lake import commit as txn
+from airflow_provider_dltrain.lake import history_index
 from airflow_provider_dltrain.lake import partition as part
 from airflow_provider_dltrain.lake.digest import (
     META_DIGEST,
@@ -207,11 +208,13 @@ def overwrite_partition(
     schema_mode: SchemaMode = "strict",
     metadata: Mapping[str, str] | None = None,
     storage_options: StorageOptions | None = None,
+    configuration: Mapping[str, str] | None = None,
 ) -> DeltaRef:
     """Replace exactly ``partition`` of the table with ``data`` in one commit; return the version holding it.
 
     Creates the table (partitioned by ``partition_by``, default the partition's columns) when it
-    does not exist. When the partition already holds exactly these rows (in any order) and the
+    does not exist, with ``configuration`` as its properties (default: the backfill horizon's
+    retention, :func:`~airflow_provider_dltrain.lake.retention.table_properties`). When the partition already holds exactly these rows (in any order) and the
     schema would not change, nothing is committed and the version that last wrote the partition is
     returned: re-running a date leaves the same content at the same version.
     """
@@ -240,11 +243,21 @@ def overwrite_partition(
             partition_by=columns,
             schema_mode="merge" if schema_mode == "merge" else None,
             storage_options=storage_options or None,
+            configuration=None if table is not None else _properties(configuration),
             commit_properties=txn.commit_properties(_with_digest(metadata, spec, digest), spec, token),
         )
         return txn.find_commit(uri, spec, token, storage_options)
 
-    return txn.with_retries(uri, spec, attempt)
+    ref = txn.with_retries(uri, spec, attempt)
+    history_index.update(uri, storage_options)
+    return ref
+
+
+def _properties(configuration: Mapping[str, str] | None) -> dict[str, str]:
+    """A new table's properties: the horizon's retention, then what the caller gives."""
+    from airflow_provider_dltrain.lake.retention import table_properties
+
+    return {**table_properties(), **dict(configuration or {})}
 
 
 def _own_commit(uri: str, spec: dict[str, str], storage_options: StorageOptions | None) -> DeltaRef:
@@ -291,7 +304,7 @@ def _create_table(
             adds,
             mode="error",
             partition_by=columns,
-            configuration=dict(configuration or {}) or None,
+            configuration=_properties(configuration),
             storage_options=storage_options or None,
             commit_properties=properties,
         )
@@ -393,4 +406,7 @@ def commit_files(
         _commit_overwrite(uri, adds, schema, spec, columns, added, properties, storage_options)
         return PartitionWrite(txn.find_commit(uri, spec, token, storage_options), True, content)
 
-    return txn.with_retries(uri, spec, attempt)
+    written = txn.with_retries(uri, spec, attempt)
+    if written.committed:
+        history_index.update(uri, storage_options)
+    return written

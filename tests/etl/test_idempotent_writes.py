@@ -145,4 +145,4 @@ def test_a_refused_write_leaves_no_empty_partition_directory(spark, tmp_path):
         write_dataframe(wrong, uri, {"ds": DS})
     assert not os.path.exists(os.path.join(uri, f"ds={DS}"))
     assert not os.path.exists(f"{uri}_quarantine")
-    assert set(_files(uri)) == {"_delta_log", "ds=2026-11-23"}
+    assert set(_files(uri)) == {"_delta_log", "_dltrain_history", "ds=2026-11-23"}

@@ -30,7 +30,7 @@ def test_a_write_reports_its_own_commit_even_when_another_partition_committed_af
     assert _own_commit(uri, {"ds": "2026-11-01"}, None).version == mine.version == 0
 
 
-def test_pinning_a_partition_older_than_the_retained_log_says_why_and_what_to_do(tmp_path):
+def test_pinning_a_partition_older_than_the_retained_log_still_finds_its_commit(tmp_path):
     import os
 
     uri = str(tmp_path / "t")
@@ -38,6 +38,25 @@ def test_pinning_a_partition_older_than_the_retained_log_says_why_and_what_to_do
     lake.overwrite_partition(uri, pa.table({"x": [2]}), {"ds": "2026-11-02"})
     lake.open_table(uri).create_checkpoint()
     os.remove(os.path.join(uri, "_delta_log", f"{0:020d}.json"))  # what log retention does
-    with pytest.raises(TableNotFoundError, match="log retention"):
-        partition_commit(uri, {"ds": "2026-11-01"})
+    # the provider's history index recorded the write when it committed
+    assert partition_commit(uri, {"ds": "2026-11-01"}).version == 0
     assert partition_commit(uri, {"ds": "2026-11-02"}).version == 1
+
+
+def test_a_table_another_tool_wrote_pins_to_its_oldest_readable_version_once_the_log_is_cut(tmp_path, caplog):
+    import os
+
+    from deltalake import write_deltalake
+
+    uri = str(tmp_path / "t")
+    for day, x in (("2026-11-01", 1), ("2026-11-02", 2), ("2026-11-03", 3)):
+        write_deltalake(uri, pa.table({"x": [x], "ds": [day]}), partition_by=["ds"], mode="append")
+    lake.open_table(uri).create_checkpoint()  # at version 2
+    for version in (0, 1):
+        os.remove(os.path.join(uri, "_delta_log", f"{version:020d}.json"))  # what log retention does
+    with caplog.at_level("WARNING"):
+        ref = partition_commit(uri, {"ds": "2026-11-01"})
+    assert ref.version == 2  # the oldest version the log can still read holds the same partition
+    assert "removed by the table's log retention" in caplog.text and "same content" in caplog.text
+    rows = lake.open_table(uri, ref.version).to_pyarrow_table(filters=[("ds", "=", "2026-11-01")])
+    assert rows.column("x").to_pylist() == [1]

@@ -1,0 +1,447 @@
+"""A table's write history kept beside its log, so that a pin costs the same in year two as on day two.
+
+The Delta log answers "which commit last wrote partition P?" only by reading commit files back one
+by one from the newest, and forgets the answer once log retention removes old commit files
+(``delta.logRetentionDuration``, after each checkpoint). The provider keeps two kinds of file in the
+table's ``_dltrain_history`` folder (a name starting with ``_``: Delta readers, writers and VACUUM
+leave it alone, and other tools see a plain Delta table):
+
+* ``head.json``: for every partition, the versions that touched it (added or removed its files, or
+  recorded that they replaced it), each with its commit time and recorded content digest; the
+  versions that changed the table's metadata; and ``indexed``, the version up to which every commit
+  is in it. One read answers a partition's last write, the cut-off pin of a date and the digests of
+  every partition a run reads, whatever the length of the history.
+* ``commits/<version>.json``: one immutable copy per commit of its ``commitInfo`` (the recorded
+  facts, lineage and pairing keys) and the rows it added per partition. Written right after the
+  commit, they outlive the commit files the log's retention removes.
+
+``head.json`` is a cache with a high-water mark, never the truth: a reader reads it and then the
+commits after ``indexed`` from the log, so a head that lags (another tool's writes, a lost update of
+two racing writers, an older release) costs a few more reads and is never wrong. Commits whose files
+are gone before they were indexed (a table that had log retention before it was indexed) are
+summarised from the oldest readable version's snapshot: every partition live there gets an
+``inferred`` write at that version, which is then the oldest version known to hold its content.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
+from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
+from airflow_provider_dltrain.lake.storage import StorageOptions, is_remote, join
+
+logger = logging.getLogger(__name__)
+
+INDEX_DIR = "_dltrain_history"
+FORMAT = 2
+Key = tuple[tuple[str, Any], ...]
+
+# flags of one write
+FILES = 1  # it added or removed files of the partition
+RECORDED = 2  # its commitInfo says it replaced exactly this partition (every write of this provider)
+INFERRED = 4  # not a commit seen: the oldest readable version, standing in for writes whose log is gone
+
+
+def key_of(values: Mapping[str, Any]) -> Key:
+    return tuple(sorted(values.items()))
+
+
+def _key_text(key: Key) -> str:
+    return json.dumps([list(pair) for pair in key], separators=(",", ":"))
+
+
+def _canonical(key: Key) -> str:
+    return json.dumps({str(k): v for k, v in key}, sort_keys=True, separators=(",", ":"))
+
+
+class Write(NamedTuple):
+    """One commit that touched a partition (a tuple: a year of them loads in a millisecond)."""
+
+    version: int
+    timestamp: int | None  # commit time, epoch milliseconds
+    digest: str | None  # the content digest it recorded for the partition (RECORDED writes only)
+    flags: int
+    who: Mapping[str, Any] | None = None  # its ``airflow.*`` lineage keys (RECORDED writes only)
+
+    @property
+    def files(self) -> bool:
+        return bool(self.flags & FILES)
+
+    @property
+    def recorded(self) -> bool:
+        return bool(self.flags & RECORDED)
+
+    @property
+    def inferred(self) -> bool:
+        return bool(self.flags & INFERRED)
+
+    def ref(self, uri: str) -> DeltaRef:
+        return DeltaRef(uri, self.version, millis_to_iso(self.timestamp))
+
+    def to_json(self) -> list[Any]:
+        head = [self.version, self.timestamp, self.digest, self.flags]
+        return [*head, dict(self.who)] if self.who else head
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Write:
+        return cls(*data) if len(data) == 5 else cls(data[0], data[1], data[2], data[3])
+
+
+@dataclass
+class Stats:
+    """Storage requests an index load made (for the benchmarks and the request-bound test)."""
+
+    reads: int = 0
+    caught_up: int = 0  # commits read from the log or commit records after ``indexed``
+
+
+@dataclass
+class HistoryIndex:
+    """The partition writes of one table up to ``indexed`` (see the module)."""
+
+    uri: str
+    indexed: int = -1
+    floor: int = 0  # versions below it are unknown (their log was gone when indexed)
+    writes: dict[Key, list[Write]] = field(default_factory=dict)
+    metadata_versions: list[int] = field(default_factory=list)
+    schema: str | None = None  # hash of the newest schema and partitioning seen
+    configuration: dict[str, str] = field(default_factory=dict)  # the table's newest properties
+    timestamps: dict[int, int | None] = field(default_factory=dict)  # of versions caught up, not persisted
+    stats: Stats = field(default_factory=Stats)
+    _log: DeltaLog | None = None
+    _records: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    # -- queries --------------------------------------------------------------------------------
+    def last_write(self, key: Key, at_version: int | None = None, *, recorded: bool = False) -> Write | None:
+        """The newest write of ``key`` at or before ``at_version`` (only RECORDED ones with ``recorded``)."""
+        found = self.writes.get(key) or []
+        upto = self.indexed if at_version is None else at_version
+        i = bisect.bisect_right([w.version for w in found], upto)
+        for write in reversed(found[:i]):
+            if not recorded or write.recorded:
+                return write
+        return None
+
+    def recorded_writes(self, key: Key, at_version: int | None = None) -> list[Write]:
+        """RECORDED writes of ``key`` at or before ``at_version``, newest first."""
+        upto = self.indexed if at_version is None else at_version
+        return [w for w in reversed(self.writes.get(key) or []) if w.version <= upto and w.recorded]
+
+    def newest_touching(
+        self, matches: Callable[[dict[str, Any]], bool], at_version: int | None
+    ) -> Write | None:
+        """The newest write at or before ``at_version`` of any partition ``matches`` accepts.
+
+        One pass over the partitions in memory (no storage request): a year of daily partitions is
+        365 entries.
+        """
+        best: Write | None = None
+        for key in self.writes:
+            if not matches(dict(key)):
+                continue
+            write = self.last_write(key, at_version)
+            if write is not None and write.files and (best is None or write.version > best.version):
+                best = write
+        return best
+
+    def touched_between(self, after: int, upto: int) -> list[Key]:
+        """Partitions some commit in ``(after, upto]`` touched."""
+        return [
+            key
+            for key, writes in self.writes.items()
+            if any(after < w.version <= upto and (w.files or w.inferred) for w in writes)
+        ]
+
+    def metadata_changed(self, after: int, upto: int | None = None) -> bool:
+        last = self.indexed if upto is None else upto
+        return any(after < v <= last for v in self.metadata_versions)
+
+    def keys(self) -> list[Key]:
+        return list(self.writes)
+
+    # -- commit records -------------------------------------------------------------------------
+    def record(self, version: int) -> dict[str, Any] | None:
+        """``{"version", "timestamp", "info", "rows"}`` of a commit: its record, else its log file."""
+        if version in self._records:
+            return self._records[version]
+        log = self._require_log()
+        self.stats.reads += 1
+        try:
+            record: dict[str, Any] | None = _record_of(version, log.commit_actions(version))
+        except TableNotFoundError:  # removed by log retention: the copy kept beside the log
+            text = _read(log, _record_path(version))
+            self.stats.reads += 1
+            record = json.loads(text) if text else None
+        if record is not None:
+            self._records[version] = record
+        return record
+
+    def info(self, version: int) -> dict[str, Any]:
+        record = self.record(version)
+        return dict(record["info"]) if record else {}
+
+    def _require_log(self) -> DeltaLog:
+        if self._log is None:
+            raise RuntimeError("HistoryIndex built without a log")
+        return self._log
+
+    # -- building -------------------------------------------------------------------------------
+    def _add(self, key: Key, write: Write) -> None:
+        writes = self.writes.setdefault(key, [])
+        if writes and writes[-1].version >= write.version:
+            writes[:] = [w for w in writes if w.version != write.version]
+            writes.append(write)
+            writes.sort(key=lambda w: w.version)
+        else:
+            writes.append(write)
+
+    def _apply(self, record: Mapping[str, Any], actions_metadata: bool) -> None:
+        version = int(record["version"])
+        info = record.get("info") or {}
+        timestamp = record.get("timestamp")
+        claimed = info.get(META_PARTITION)
+        keys: dict[Key, int] = {key_of(p["values"]): FILES for p in record.get("partitions") or []}
+        if claimed:
+            try:
+                claimed_key = key_of(json.loads(claimed))
+            except (ValueError, AttributeError):
+                claimed_key = None
+            if claimed_key is not None:
+                keys[claimed_key] = keys.get(claimed_key, 0) | RECORDED
+        who = {k: v for k, v in info.items() if k.startswith("airflow.")} or None
+        for key, flags in keys.items():
+            recorded = bool(flags & RECORDED)
+            digest = info.get(META_DIGEST) if recorded else None
+            self._add(key, Write(version, timestamp, digest, flags, who if recorded else None))
+        if record.get("configuration") is not None:
+            self.configuration = dict(record["configuration"])
+        shape = record.get("shape")
+        if actions_metadata and (shape is None or shape != self.schema):
+            # a property change (retention, say) keeps the schema and partitioning: not a change of shape
+            self.metadata_versions.append(version)
+            self.schema = shape
+        self.timestamps[version] = timestamp
+        self.indexed = max(self.indexed, version)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "indexed": self.indexed,
+            "floor": self.floor,
+            "metadata": sorted(set(self.metadata_versions)),
+            "schema": self.schema,
+            "configuration": self.configuration,
+            # [values, writes] pairs: parsed by json in C, keys rebuilt without another parse
+            "partitions": [
+                [dict(key), [w.to_json() for w in writes]]
+                for key, writes in sorted(self.writes.items(), key=lambda kv: _key_text(kv[0]))
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, uri: str, data: Mapping[str, Any]) -> HistoryIndex:
+        index = cls(uri, int(data["indexed"]), int(data.get("floor", 0)))
+        index.metadata_versions = [int(v) for v in data.get("metadata") or []]
+        index.schema = data.get("schema")
+        index.configuration = dict(data.get("configuration") or {})
+        make = Write.from_json
+        index.writes = {
+            tuple(sorted(values.items())): [make(w) for w in writes]
+            for values, writes in data.get("partitions") or []
+        }
+        return index
+
+
+def _record_path(version: int) -> str:
+    return f"{INDEX_DIR}/commits/{version:020d}.json"
+
+
+HEAD = f"{INDEX_DIR}/head.json"
+
+
+def _root(log: DeltaLog) -> str:
+    return log._root
+
+
+def _read(log: DeltaLog, rel: str) -> str | None:
+    return log._read_text(join(_root(log), rel))
+
+
+def _write(log: DeltaLog, rel: str, text: str) -> None:
+    """Write ``rel`` under the table root atomically (a rename locally, one PUT on S3)."""
+    fs = log._fs
+    path = join(_root(log), rel)
+    if is_remote(log.uri):  # no directory markers on S3: a key is enough
+        with fs.open_output_stream(path) as out:
+            out.write(text.encode("utf-8"))
+        return
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(tmp) as out:
+        out.write(text.encode("utf-8"))
+    fs.move(tmp, path)
+
+
+def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A commit record from the commit's actions: its info and, per partition touched, the rows it added."""
+    info: dict[str, Any] = {}
+    parts: dict[Key, dict[str, Any]] = {}
+    metadata = False
+    shape = None
+    configuration = None
+    for action in actions:
+        if "commitInfo" in action:
+            info = dict(action["commitInfo"])
+        if "metaData" in action:
+            metadata = True
+            meta = action["metaData"]
+            configuration = dict(meta.get("configuration") or {})
+            text = json.dumps([meta.get("schemaString"), meta.get("partitionColumns")], sort_keys=True)
+            shape = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        body = action.get("add") or action.get("remove")
+        if not body:
+            continue
+        values = dict(body.get("partitionValues") or {})
+        entry = parts.setdefault(key_of(values), {"values": values, "rows": 0})
+        if "add" in action and entry["rows"] is not None:
+            try:
+                entry["rows"] += int(json.loads(action["add"].get("stats") or "{}")["numRecords"])
+            except (KeyError, TypeError, ValueError):
+                entry["rows"] = None
+    return {
+        "version": version,
+        "timestamp": info.get("timestamp"),
+        "info": info,
+        "partitions": list(parts.values()),
+        "metadata": metadata,
+        "shape": shape,
+        "configuration": configuration,
+    }
+
+
+def _load_head(log: DeltaLog, stats: Stats) -> HistoryIndex | None:
+    text = _read(log, HEAD)
+    stats.reads += 1
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        if int(data.get("format", 0)) != FORMAT:
+            return None
+        return HistoryIndex.from_json(log.uri, data)
+    except (ValueError, KeyError, TypeError):
+        logger.warning("ignoring the unreadable history index of %s; rebuilding it from the log", log.uri)
+        return None
+
+
+def _first_existing_commit(log: DeltaLog, low: int, high: int) -> int | None:
+    """The oldest commit file in ``[low, high]``; log retention removes a prefix, so bisect."""
+    if not log.commit_exists(high):
+        return None
+    while low < high:
+        mid = (low + high) // 2
+        if log.commit_exists(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def _infer_snapshot(
+    index: HistoryIndex, log: DeltaLog, version: int, storage_options: StorageOptions | None
+) -> None:
+    """Stand in for commits whose files are gone: every partition live at ``version`` (the oldest
+    readable) gets an INFERRED write there, and so does every partition known before that is not live."""
+    from airflow_provider_dltrain.lake.table import open_table
+
+    table = open_table(log.uri, version, storage_options)
+    index.configuration = dict(table.metadata().configuration or {})
+    live = {key_of(dict(p)): dict(p) for p in table.partitions()}
+    timestamp = log.commit_info(version).get("timestamp")
+    for key in set(live) | set(index.writes):
+        index._add(key, Write(version, timestamp, None, INFERRED | FILES))
+    index.floor = version
+    index.timestamps[version] = timestamp
+    index.indexed = version
+
+
+def load(
+    uri: str,
+    storage_options: StorageOptions | None = None,
+    *,
+    newest: int | None = None,
+    persist: bool = False,
+) -> HistoryIndex | None:
+    """The table's history index, caught up to ``newest`` (default the newest version); None: no table.
+
+    :param persist: write what was caught up (new commit records and the head) back to the table.
+        The provider's writers and maintenance do; readers never write.
+    """
+    log = DeltaLog(uri, storage_options)
+    stats = Stats()
+    head = _load_head(log, stats)
+    had_head = head is not None
+    index = head or HistoryIndex(log.uri)
+    index.stats = stats
+    index._log = log
+    hint = index.indexed if index.indexed >= 0 else None
+    latest = log.latest_version(at_least=hint) if newest is None else newest
+    if latest is None:
+        return None
+    new_records: list[dict[str, Any]] = []
+    version = index.indexed + 1
+    while version <= latest:
+        record = index.record(version)
+        if record is None:  # removed by log retention before it was indexed
+            first = _first_existing_commit(log, version, latest)
+            if first is None:
+                raise TableNotFoundError(f"{log.uri}: no commit file between {version} and {latest}")
+            _infer_snapshot(index, log, first, storage_options)
+            version = first + 1
+            continue
+        stats.caught_up += 1
+        index._apply(record, bool(record.get("metadata")))
+        new_records.append(record)
+        version += 1
+    if persist and (new_records or not had_head):
+        _persist(index, log, new_records)
+    return index
+
+
+def _persist(index: HistoryIndex, log: DeltaLog, records: list[dict[str, Any]]) -> None:
+    try:
+        for record in records:
+            # immutable in content (one version, one commit): written again by a racing writer, unchanged
+            path = _record_path(int(record["version"]))
+            _write(log, path, json.dumps(record, sort_keys=True, separators=(",", ":")))
+        current = re.search(r'"indexed":(-?\d+)', _read(log, HEAD) or "")
+        if current is not None and int(current.group(1)) >= index.indexed:
+            return  # a racing writer got further: its head holds ours
+        _write(log, HEAD, json.dumps(index.to_json(), separators=(",", ":")))
+    except OSError as err:  # the index is a cache: a commit that happened stays done
+        logger.warning("could not update the history index of %s: %s", log.uri, err)
+
+
+def update(uri: str, storage_options: StorageOptions | None = None) -> HistoryIndex | None:
+    """Catch the index up with the log and write it back (after each commit of the provider)."""
+    try:
+        return load(uri, storage_options, persist=True)
+    except Exception as err:  # never fail a write that is committed
+        logger.warning("could not update the history index of %s: %s", uri, err)
+        return None
+
+
+def canonical(key: Key) -> str:
+    """The ``dltrain.partition`` JSON of a key."""
+    return _canonical(key)
