@@ -98,19 +98,38 @@ class _Lookups:
     def __init__(self, tracking: TrackingConfig | None, storage_options: Mapping[str, str] | None) -> None:
         self.tracking = tracking
         self.storage_options = dict(storage_options or {}) or None
-        self._histories: dict[str, list[dict[str, Any]]] = {}
+        self._indexes: dict[str, Any] = {}
         self._client: Any = None
 
-    def history(self, uri: str) -> list[dict[str, Any]]:
-        """The table's commits, newest first (empty when the table cannot be read)."""
-        if uri not in self._histories:
-            from deltalake import DeltaTable
+    def index(self, uri: str) -> Any:
+        """The table's history index (``lake.history_index``), None when the table cannot be read."""
+        if uri not in self._indexes:
+            from airflow_provider_dltrain.lake import history_index
 
             try:
-                self._histories[uri] = list(DeltaTable(uri, storage_options=self.storage_options).history())
+                self._indexes[uri] = history_index.load(uri, self.storage_options)
             except Exception:  # a table since removed: nothing to say about its commits
-                self._histories[uri] = []
-        return self._histories[uri]
+                self._indexes[uri] = None
+        return self._indexes[uri]
+
+    def commit(self, uri: str, version: int) -> dict[str, Any] | None:
+        """Commit ``version``'s info with its ``version`` (from the index: one read, log retention or not)."""
+        index = self.index(uri)
+        record = index.record(version) if index is not None else None
+        return {**record["info"], "version": version} if record else None
+
+    def previous_write(self, uri: str, partition: str, version: int) -> dict[str, Any] | None:
+        """The newest commit before ``version`` that recorded writing ``partition`` (its canonical JSON)."""
+        from airflow_provider_dltrain.lake import history_index
+
+        index = self.index(uri)
+        try:
+            key = history_index.key_of(json.loads(partition))
+        except (ValueError, AttributeError):
+            return None
+        for write in index.recorded_writes(key, version - 1) if index is not None else []:
+            return self.commit(uri, write.version)
+        return None
 
     def client(self) -> Any:
         if self._client is None and self.tracking is not None:
@@ -230,21 +249,13 @@ def _commit_change(
     look: _Lookups, dag_id: str, run_id: str, task_id: str, ref: dict[str, Any], tries: Mapping[str, Any]
 ) -> str | None:
     """How the commit ``ref`` names differs from the previous write of its partition, when this run made it."""
-    history = look.history(ref["uri"])
-    commit = next((c for c in history if c.get("version") == ref["version"]), None)
+    commit = look.commit(ref["uri"], int(ref["version"]))
     if commit is None or not _made_by(commit, dag_id, run_id, tries):
         return None  # pinned or read by this run, or committed by an earlier execution of it
     partition = commit.get("dltrain.partition")
     where = _partition_words(partition)
     head = f"{commit.get('airflow.task_id') or task_id} committed {ref['uri']} {where} as version {ref['version']}"
-    before = next(
-        (
-            c
-            for c in history
-            if c.get("version", -1) < ref["version"] and c.get("dltrain.partition") == partition and partition
-        ),
-        None,
-    )
+    before = look.previous_write(ref["uri"], partition, int(ref["version"])) if partition else None
     if before is None:
         return f"{head}: {FIRST} write of that partition"
     diffs = [

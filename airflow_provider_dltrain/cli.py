@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--retention-hours",
         type=int,
         default=None,
-        help="only files older than this (default: the table's delta.deletedFileRetentionDuration, 7 days)",
+        help="only files older than this (default: the table's delta.deletedFileRetentionDuration; files "
+        "replaced by a commit also stay for the backfill horizon, DLTRAIN_BACKFILL_HORIZON_DAYS)",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
     vacuum.add_argument(
@@ -210,8 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept --retention-hours below the table's retention (only when no write is running)",
     )
     vacuum.set_defaults(func=cmd_vacuum)
+    from airflow_provider_dltrain.history_command import add_history_parser
     from airflow_provider_dltrain.reap_command import add_reap_parser
 
+    add_history_parser(sub)
     add_reap_parser(sub)
     # stdlib only: moto is imported when the command runs
     from airflow_provider_dltrain.testing.fake_aws import add_arguments as add_fake_aws_arguments

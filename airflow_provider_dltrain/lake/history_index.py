@@ -117,6 +117,7 @@ class HistoryIndex:
     metadata_versions: list[int] = field(default_factory=list)
     schema: str | None = None  # hash of the newest schema and partitioning seen
     configuration: dict[str, str] = field(default_factory=dict)  # the table's newest properties
+    partition_types: dict[str, str] | None = None  # partition column -> Delta type, when known
     timestamps: dict[int, int | None] = field(default_factory=dict)  # of versions caught up, not persisted
     stats: Stats = field(default_factory=Stats)
     _log: DeltaLog | None = None
@@ -226,6 +227,8 @@ class HistoryIndex:
             self._add(key, Write(version, timestamp, digest, flags, who if recorded else None))
         if record.get("configuration") is not None:
             self.configuration = dict(record["configuration"])
+        if record.get("partition_types") is not None:
+            self.partition_types = dict(record["partition_types"])
         shape = record.get("shape")
         if actions_metadata and (shape is None or shape != self.schema):
             # a property change (retention, say) keeps the schema and partitioning: not a change of shape
@@ -242,6 +245,7 @@ class HistoryIndex:
             "metadata": sorted(set(self.metadata_versions)),
             "schema": self.schema,
             "configuration": self.configuration,
+            "partition_types": self.partition_types,
             # [values, writes] pairs: parsed by json in C, keys rebuilt without another parse
             "partitions": [
                 [dict(key), [w.to_json() for w in writes]]
@@ -255,6 +259,7 @@ class HistoryIndex:
         index.metadata_versions = [int(v) for v in data.get("metadata") or []]
         index.schema = data.get("schema")
         index.configuration = dict(data.get("configuration") or {})
+        index.partition_types = data.get("partition_types")
         make = Write.from_json
         index.writes = {
             tuple(sorted(values.items())): [make(w) for w in writes]
@@ -300,6 +305,7 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
     metadata = False
     shape = None
     configuration = None
+    partition_types = None
     for action in actions:
         if "commitInfo" in action:
             info = dict(action["commitInfo"])
@@ -307,6 +313,7 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
             metadata = True
             meta = action["metaData"]
             configuration = dict(meta.get("configuration") or {})
+            partition_types = _partition_types(meta)
             text = json.dumps([meta.get("schemaString"), meta.get("partitionColumns")], sort_keys=True)
             shape = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
         body = action.get("add") or action.get("remove")
@@ -327,7 +334,17 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
         "metadata": metadata,
         "shape": shape,
         "configuration": configuration,
+        "partition_types": partition_types,
     }
+
+
+def _partition_types(meta: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{partition column: Delta type}`` from a ``metaData`` action (None when unreadable)."""
+    try:
+        fields = {f["name"]: f["type"] for f in json.loads(meta.get("schemaString") or "{}")["fields"]}
+        return {c: str(fields[c]) for c in meta.get("partitionColumns") or []}
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _load_head(log: DeltaLog, stats: Stats) -> HistoryIndex | None:

@@ -256,6 +256,56 @@ def _prune(plan: ScanPlan) -> ScanPlan:
     return replace(plan, files=tuple(f for p, f in by_path.items() if p in kept))
 
 
+def index_fingerprint(
+    ref: DeltaRef | dict[str, Any] | str,
+    data_filter: DataFilter | None = None,
+    storage_options: StorageOptions | None = None,
+) -> tuple[str, tuple[str, ...]] | None:
+    """``(content fingerprint, partition columns)`` of ``ref`` + ``data_filter`` from the table's history
+    index alone, equal to what :func:`resolve` computes; None when the index cannot say (then resolve).
+
+    The skip decision of an unchanged training re-run needs only the fingerprint; resolving the plan
+    lists every file of the version through delta-rs, a cost that grows with the table. The index
+    knows, per partition, the digest its last write recorded, so when every selected partition was
+    written by this provider (a recorded digest, or recorded as emptied), all partition columns are
+    strings and the filter names partition columns only, the fingerprint is the same hash over the
+    same ``(partition path, digest)`` lines.
+    """
+    from airflow_provider_dltrain.lake import history_index
+    from airflow_provider_dltrain.lake.history_recovery import may_select
+
+    ref = DeltaRef.coerce(ref)
+    if ref.version is None:
+        return None
+    dnf = normalize_filter(data_filter)
+    index = history_index.load(ref.uri, storage_options, newest=ref.version)
+    types = index.partition_types if index is not None else None
+    if index is None or not types or any(t != "string" for t in types.values()):
+        return None
+    columns = tuple(types)
+    if any(c not in columns for conj in dnf for c, _, _ in conj):
+        return None  # a row filter: the fingerprint also hashes the filter, and resolve prunes by statistics
+    lines = []
+    for key in list(index.writes):
+        values = dict(key)
+        if set(values) != set(columns) or any(v is None for v in values.values()):
+            return None
+        if dnf and not may_select(values, dnf):
+            continue
+        write = index.last_write(key, ref.version)
+        if write is None:
+            continue
+        if not write.recorded or write.inferred:
+            return None  # another tool's write: its files decide, read them
+        if write.digest is None:
+            continue  # emptied: no file, not selected
+        lines.append(("/".join(f"{c}={values[c]}" for c in sorted(values)), write.digest))
+    digest = hashlib.sha256(b"dltrain-content-v1\n")
+    for path, value in sorted(lines):
+        digest.update(f"{path}\t{value}\n".encode())
+    return digest.hexdigest(), columns
+
+
 def fingerprint(
     ref: DeltaRef | dict[str, Any] | str,
     data_filter: DataFilter | None = None,

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from airflow_provider_dltrain.lake.filters import DNF, DataFilter
+from airflow_provider_dltrain.lake.filters import DNF, DataFilter, normalize_filter
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan, resolve
 from airflow_provider_dltrain.lake.storage import StorageOptions
@@ -99,8 +99,24 @@ def run_identity(
     Compare them with a registered model version's tags to skip retraining on unchanged inputs.
     Also returns ``dltrain.code_modules`` (or ``dltrain.code_version``), which explain the code hash.
     """
-    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
-    tags = _identity(load_train_fn(train_fn), plan, dict(hparams or {}), code_version)
+    from airflow_provider_dltrain.lake.scan_plan import index_fingerprint
+
+    source = dict(dataset) if isinstance(dataset, Mapping) else dataset
+    fast = index_fingerprint(source, data_filter, storage_options)
+    fn = load_train_fn(train_fn)
+    if fast is not None:  # the same hash resolve() computes, without listing the version's files
+        fingerprint, columns = fast
+        tags = {
+            "dltrain.data_fingerprint": fingerprint,
+            **code_identity(fn, code_version).tags(),
+            "dltrain.params_hash": params_hash(dict(hparams or {})),
+        }
+        cut = data_cutoff(normalize_filter(data_filter), columns)
+        if cut:
+            tags["dltrain.data_cutoff"] = cut
+        return tags
+    plan = resolve(source, data_filter, storage_options)
+    tags = _identity(fn, plan, dict(hparams or {}), code_version)
     cut = data_cutoff(plan.data_filter, plan.partition_columns)
     if cut:
         tags["dltrain.data_cutoff"] = cut

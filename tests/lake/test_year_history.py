@@ -163,3 +163,16 @@ def test_a_lagging_index_head_is_caught_up_from_the_log_and_never_wrong(tmp_path
     assert history.cutoff_commit(uri, {"ds": _ds(2)}).version == 4
     last = last_write(uri, {"ds": _ds(1)})
     assert last.ref.version == 4 and last.info.get(META_PARTITION) is None  # another tool's write
+
+
+def test_the_training_fingerprint_from_the_index_equals_the_one_resolved_from_the_files(tmp_path):
+    from airflow_provider_dltrain.lake.scan_plan import index_fingerprint, resolve
+
+    uri = str(tmp_path / "t")
+    refs = [lake.overwrite_partition(uri, pa.table({"x": [i, -i]}), {"ds": _ds(i)}) for i in range(6)]
+    lake.overwrite_partition(uri, pa.table({"x": [7]}), {"ds": _ds(2)})  # a restatement
+    for ref, bound in ((refs[3], 3), (lake.latest(uri), 4), (lake.latest(uri), 9)):
+        wanted = [["ds", "<=", _ds(bound)]]
+        fast = index_fingerprint(ref, wanted)
+        assert fast is not None and fast == (resolve(ref, wanted).fingerprint, ("ds",))
+    assert index_fingerprint(refs[5], [["x", ">", 1]]) is None  # a row filter: resolve decides
