@@ -434,9 +434,14 @@ JOB_ENV_NAMES = frozenset(
         "PYTHONHASHSEED", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
         "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
         "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "GIT_PYTHON_REFRESH",
+        "LD_LIBRARY_PATH",
     }
 )  # fmt: skip
-JOB_ENV_PREFIXES = ("LC_", "PYSPARK_", "PIP_", "DLTRAIN_", "MLFLOW_")
+# the locale, Spark, pip, the provider, MLflow, and the MPI / Horovod / torch / OpenMP runtimes
+JOB_ENV_PREFIXES = (
+    "LC_", "PYSPARK_", "PIP_", "DLTRAIN_", "MLFLOW_", "OMPI_", "PMIX_", "PRTE_", "HYDRA_", "HOROVOD_",
+    "TORCH_", "OMP_", "MKL_", "NCCL_", "CUDA_", "GLOO_",
+)  # fmt: skip
 # never passed on, even under an allowed prefix
 SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL")
 
