@@ -52,10 +52,10 @@ def _sort_key(key: Key) -> tuple[tuple[str, str], ...]:
 
 
 def _commit(version: int, actions: list[dict[str, Any]]) -> Commit:
-    # Files added or removed with dataChange=false (OPTIMIZE) count as touching their partitions: the
-    # pins below then move to the compaction, which reads the same rows and, unlike the version
-    # before it, stays readable after a VACUUM deletes the compacted files. VACUUM and table-property
-    # commits touch no file, so no pin ever moves for them.
+    # The walk sees every commit that added or removed files of a partition, compactions (dataChange
+    # false) included. Pins do not: the history index skips compactions (same rows), and a read of a
+    # pinned version whose compacted files a VACUUM removed falls forward to the compaction
+    # (lake.history_recovery). VACUUM and table-property commits touch no file.
     info: dict[str, Any] = {}
     touched: dict[Key, PartitionValues] = {}
     for action in actions:
@@ -108,7 +108,7 @@ def newest_writes(
         if write is None:
             continue
         info: dict[str, Any] = {"timestamp": write.timestamp}
-        if write.recorded:
+        if write.content_known:  # a compaction of a recorded write keeps its digest
             info[META_PARTITION] = history_index.canonical(key)
             if write.digest:
                 info[META_DIGEST] = write.digest
@@ -243,7 +243,7 @@ def partition_commits(
             raise TableNotFoundError(
                 f"no commit of {index.uri} up to version {newest} wrote partition {values}"
             )
-        if not write.recorded:  # written by another tool: its digest is not this partition's
+        if not write.content_known:  # written by another tool: no digest of this partition
             write = Write(write.version, write.timestamp, None, write.flags, None)
         out.append(_lineage(values, write))
     return out

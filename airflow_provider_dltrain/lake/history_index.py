@@ -51,6 +51,7 @@ Key = tuple[tuple[str, Any], ...]
 FILES = 1  # it added or removed files of the partition
 RECORDED = 2  # its commitInfo says it replaced exactly this partition (every write of this provider)
 INFERRED = 4  # not a commit seen: the oldest readable version, standing in for writes whose log is gone
+REARRANGED = 8  # only rearranged its files (dataChange false: OPTIMIZE, Z-order): same rows as before
 
 
 def key_of(values: Mapping[str, Any]) -> Key:
@@ -85,6 +86,15 @@ class Write(NamedTuple):
     @property
     def inferred(self) -> bool:
         return bool(self.flags & INFERRED)
+
+    @property
+    def rearranged(self) -> bool:
+        return bool(self.flags & REARRANGED)
+
+    @property
+    def content_known(self) -> bool:
+        """Its digest names the partition's rows: a write of this provider, or a compaction of one."""
+        return bool(self.flags & (RECORDED | REARRANGED)) and not self.inferred
 
     def ref(self, uri: str) -> DeltaRef:
         return DeltaRef(uri, self.version, millis_to_iso(self.timestamp))
@@ -134,6 +144,17 @@ class HistoryIndex:
                 return write
         return None
 
+    def last_data_write(
+        self, key: Key, at_version: int | None = None, *, files: bool = False
+    ) -> Write | None:
+        """The newest write of ``key`` that changed its rows (compactions after it skipped); with
+        ``files``, only writes that added or removed files (not a write that recorded an empty partition)."""
+        upto = self.indexed if at_version is None else at_version
+        for write in reversed(self.writes.get(key) or []):
+            if write.version <= upto and not write.rearranged and (write.files or not files):
+                return write
+        return None
+
     def recorded_writes(self, key: Key, at_version: int | None = None) -> list[Write]:
         """RECORDED writes of ``key`` at or before ``at_version``, newest first."""
         upto = self.indexed if at_version is None else at_version
@@ -142,7 +163,9 @@ class HistoryIndex:
     def newest_touching(
         self, matches: Callable[[dict[str, Any]], bool], at_version: int | None
     ) -> Write | None:
-        """The newest write at or before ``at_version`` of any partition ``matches`` accepts.
+        """The newest write at or before ``at_version`` that changed the rows of a partition ``matches``
+        accepts (compactions, which only rearrange files, are skipped: the rows are those of the write
+        before them, which stays readable for the backfill horizon).
 
         One pass over the partitions in memory (no storage request): a year of daily partitions is
         365 entries.
@@ -151,17 +174,21 @@ class HistoryIndex:
         for key in self.writes:
             if not matches(dict(key)):
                 continue
-            write = self.last_write(key, at_version)
-            if write is not None and write.files and (best is None or write.version > best.version):
+            write = self.last_data_write(key, at_version, files=True)
+            if write is not None and (best is None or write.version > best.version):
                 best = write
         return best
 
-    def touched_between(self, after: int, upto: int) -> list[Key]:
-        """Partitions some commit in ``(after, upto]`` touched."""
+    def touched_between(self, after: int, upto: int, *, rearranged: bool = False) -> list[Key]:
+        """Partitions whose rows some commit in ``(after, upto]`` changed (with ``rearranged``, also
+        those a compaction only rewrote into other files)."""
         return [
             key
             for key, writes in self.writes.items()
-            if any(after < w.version <= upto and (w.files or w.inferred) for w in writes)
+            if any(
+                after < w.version <= upto and (w.files or w.inferred) and (rearranged or not w.rearranged)
+                for w in writes
+            )
         ]
 
     def metadata_changed(self, after: int, upto: int | None = None) -> bool:
@@ -212,7 +239,10 @@ class HistoryIndex:
         info = record.get("info") or {}
         timestamp = record.get("timestamp")
         claimed = info.get(META_PARTITION)
-        keys: dict[Key, int] = {key_of(p["values"]): FILES for p in record.get("partitions") or []}
+        keys: dict[Key, int] = {
+            key_of(p["values"]): FILES if p.get("change", True) else FILES | REARRANGED
+            for p in record.get("partitions") or []
+        }
         if claimed:
             try:
                 claimed_key = key_of(json.loads(claimed))
@@ -223,6 +253,15 @@ class HistoryIndex:
         who = {k: v for k, v in info.items() if k.startswith("airflow.")} or None
         for key, flags in keys.items():
             recorded = bool(flags & RECORDED)
+            if flags & REARRANGED and not recorded:
+                # the same rows in other files: the digest and writer of the rows carry over
+                before = self.last_write(key, version - 1)
+                known = before is not None and before.content_known
+                digest = before.digest if known and before is not None else None
+                carried = before.who if known and before is not None else None
+                self._add(key, Write(version, timestamp, digest, flags, carried))
+                continue
+            flags &= ~REARRANGED
             digest = info.get(META_DIGEST) if recorded else None
             self._add(key, Write(version, timestamp, digest, flags, who if recorded else None))
         if record.get("configuration") is not None:
@@ -320,7 +359,8 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
         if not body:
             continue
         values = dict(body.get("partitionValues") or {})
-        entry = parts.setdefault(key_of(values), {"values": values, "rows": 0})
+        entry = parts.setdefault(key_of(values), {"values": values, "rows": 0, "change": False})
+        entry["change"] = entry["change"] or body.get("dataChange", True) is not False
         if "add" in action and entry["rows"] is not None:
             try:
                 entry["rows"] += int(json.loads(action["add"].get("stats") or "{}")["numRecords"])

@@ -78,8 +78,11 @@ def may_select(values: Mapping[str, Any], filters: Any) -> bool:
     return False
 
 
-def _changed(index: HistoryIndex, after: int, upto: int, filters: Any) -> list[Key]:
-    return sorted(key for key in index.touched_between(after, upto) if may_select(dict(key), filters))
+def _changed(
+    index: HistoryIndex, after: int, upto: int, filters: Any, *, rearranged: bool = False
+) -> list[Key]:
+    touched = index.touched_between(after, upto, rearranged=rearranged)
+    return sorted(key for key in touched if may_select(dict(key), filters))
 
 
 def _oldest_readable(log: DeltaLog, version: int, newest: int) -> int | None:
@@ -93,7 +96,12 @@ def _oldest_readable(log: DeltaLog, version: int, newest: int) -> int | None:
 
 
 def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters: Any) -> Any:
-    """A ``DeltaTable`` that gives exactly the rows ``ref``'s version gives a reader selecting ``filters``."""
+    """A ``DeltaTable`` that gives exactly the rows ``ref``'s version gives a reader selecting ``filters``.
+
+    ``ref``'s own version when it can be read; else the oldest later version with the same selected
+    rows (log retention removed its commit files, or a VACUUM removed files a compaction rewrote);
+    else :class:`TableNotFoundError` saying what is gone and what to do.
+    """
     from airflow_provider_dltrain.lake.table import open_table
 
     try:
@@ -103,41 +111,57 @@ def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters
         newest = log.latest_version()
         if newest is None or ref.version > newest:
             raise
-        return _read_later(ref, log, newest, storage_options, filters)
-    _check_files(ref, table, storage_options, filters)
+        table = None
+    index = history_index.load(ref.uri, storage_options)
+    if index is None:  # the table is gone since
+        raise TableNotFoundError(f"no Delta table at {ref.uri}")
+    version = ref.version
+    if table is None:
+        readable = _oldest_readable(index._require_log(), ref.version, index.indexed)
+        if readable is None:
+            raise TableNotFoundError(f"{ref.uri} has no readable version at or after {ref.version}")
+        _refuse_if_changed(
+            ref,
+            index,
+            readable,
+            filters,
+            "its commit files were removed by the table's log "
+            f"retention (delta.logRetentionDuration; the oldest readable version is {readable})",
+        )
+        version, table = readable, open_table(ref.uri, readable, storage_options)
+    missing = _missing_files(ref.uri, version, table, index, storage_options, filters)
+    if missing:
+        # only a compaction since? then the newest version holds the same rows in files that exist
+        _refuse_if_changed(
+            ref,
+            index,
+            index.indexed,
+            filters,
+            f"{len(missing)} of its data file(s) were deleted "
+            f"by a VACUUM (delta.deletedFileRetentionDuration), e.g. {missing[:3]}",
+        )
+        version, table = index.indexed, open_table(ref.uri, index.indexed, storage_options)
+    if version != ref.version:
+        logger.warning(
+            "version %d of %s cannot be read as it was (its log or files were removed by retention); reading "
+            "its rows from version %d: no commit in between changed the partitions read, so the rows are the same",
+            ref.version,
+            ref.uri,
+            version,
+        )
     return table
 
 
-def _read_later(
-    ref: DeltaRef, log: DeltaLog, newest: int, storage_options: StorageOptions | None, filters: Any
-) -> Any:
-    from airflow_provider_dltrain.lake.table import open_table
-
-    readable = _oldest_readable(log, ref.version, newest)
-    index = history_index.load(ref.uri, storage_options)
-    if readable is None or index is None:
-        raise TableNotFoundError(f"{ref.uri} has no readable version at or after {ref.version}")
-    changed = _changed(index, ref.version, readable, filters)
+def _refuse_if_changed(ref: DeltaRef, index: HistoryIndex, upto: int, filters: Any, why: str) -> None:
+    changed = _changed(index, ref.version, upto, filters)
     if changed:
         raise TableNotFoundError(
-            f"version {ref.version} of {ref.uri} cannot be read any more: its commit files were removed by the "
-            f"table's log retention (delta.logRetentionDuration; the oldest readable version is {readable}), and "
-            f"partitions it selects changed since ({_names(changed)}), so no readable version holds the same "
-            "rows. Re-run the date without the old pin to compute it on today's data (the backfill report "
-            "says what changed), and keep the log for the backfill horizon: `dltrain history retain "
-            f"{ref.uri}`."
+            f"version {ref.version} of {ref.uri} cannot be read any more: {why}, and partitions it selects "
+            f"changed since ({_names(changed)}), so no readable version holds the same rows. Re-run the date "
+            "without the old pin to compute it on today's data (the backfill report says what changed), or "
+            "restore the log and files from a backup; keep them for the backfill horizon with `dltrain history "
+            f"retain {ref.uri}`."
         )
-    logger.warning(
-        "version %d of %s is older than its retained log (removed by delta.logRetentionDuration); reading it "
-        "from version %d, the oldest readable one: no commit in between touched the partitions read, so "
-        "the rows are the same",
-        ref.version,
-        ref.uri,
-        readable,
-    )
-    table = open_table(ref.uri, readable, storage_options)
-    _check_files(DeltaRef(ref.uri, readable, ref.timestamp), table, storage_options, filters)
-    return table
 
 
 def _names(keys: Sequence[Key]) -> str:
@@ -145,37 +169,35 @@ def _names(keys: Sequence[Key]) -> str:
     return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
-def _check_files(ref: DeltaRef, table: Any, storage_options: StorageOptions | None, filters: Any) -> None:
-    """Refuse, naming them, the data files of selected partitions a VACUUM removed.
+def _missing_files(
+    uri: str,
+    version: int,
+    table: Any,
+    index: HistoryIndex,
+    storage_options: StorageOptions | None,
+    filters: Any,
+) -> list[str]:
+    """Data files of ``version`` in selected partitions that a VACUUM removed.
 
-    Only partitions some later commit touched can have lost files (a file live at the newest
-    version is never vacuumed), so only theirs are checked: usually none.
+    Only partitions some later commit touched (a compaction included) can have lost files: a file
+    live at the newest version is never vacuumed. So only theirs are checked, usually none.
     """
-    index = history_index.load(ref.uri, storage_options)
-    if index is None or index.indexed <= ref.version:
-        return
-    changed = set(_changed(index, ref.version, index.indexed, filters))
+    if index.indexed <= version:
+        return []
+    changed = set(_changed(index, version, index.indexed, filters, rearranged=True))
     if not changed:
-        return
+        return []
     from airflow_provider_dltrain.lake.storage import filesystem
 
-    fs, _ = filesystem(ref.uri, storage_options)
+    fs, _ = filesystem(uri, storage_options)
     missing = []
-    for uri in table.file_uris():
-        values = _partition_of(uri)
-        if history_index.key_of(values) not in changed:
+    for file_uri in table.file_uris():
+        if history_index.key_of(_partition_of(file_uri)) not in changed:
             continue
-        path = uri.split("://", 1)[1] if "://" in uri else uri
+        path = file_uri.split("://", 1)[1] if "://" in file_uri else file_uri
         if fs.get_file_info(path).type.name == "NotFound":
-            missing.append(uri)
-    if missing:
-        raise TableNotFoundError(
-            f"version {ref.version} of {ref.uri} cannot be read any more: {len(missing)} of its data file(s) "
-            f"were deleted by a VACUUM (delta.deletedFileRetentionDuration), e.g. {missing[:3]}. The partitions "
-            "they held were rewritten since; re-run the date without the old pin to compute it on today's data, "
-            "or restore the files from a backup. Keep removed files for the backfill horizon: `dltrain history "
-            f"retain {ref.uri}`."
-        )
+            missing.append(file_uri)
+    return missing
 
 
 def _partition_of(uri: str) -> dict[str, str]:

@@ -295,7 +295,7 @@ def index_fingerprint(
         write = index.last_write(key, ref.version)
         if write is None:
             continue
-        if not write.recorded or write.inferred:
+        if not write.content_known:
             return None  # another tool's write: its files decide, read them
         if write.digest is None:
             continue  # emptied: no file, not selected

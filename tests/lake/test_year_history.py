@@ -90,7 +90,7 @@ def test_reading_a_pin_older_than_the_log_reads_the_same_rows_from_the_oldest_re
     _uri, refs = cut_table
     with caplog.at_level("WARNING"):
         scan = scan_version(refs[5], None, [("ds", "<=", _ds(5))])
-    assert "reading it from version 99" in caplog.text
+    assert "reading its rows from version 99" in caplog.text
     read = sorted(x for f in scan.files for x in pq.read_table(f.uri).column("x").to_pylist())
     assert read == sorted(x for i in range(6) for x in (i, i + 1))
 
@@ -176,3 +176,45 @@ def test_the_training_fingerprint_from_the_index_equals_the_one_resolved_from_th
         fast = index_fingerprint(ref, wanted)
         assert fast is not None and fast == (resolve(ref, wanted).fingerprint, ("ds",))
     assert index_fingerprint(refs[5], [["x", ">", 1]]) is None  # a row filter: resolve decides
+
+
+def test_a_weekly_compaction_keeps_the_facts_digests_and_fingerprint_of_the_rows_it_rearranged(tmp_path):
+    from airflow_provider_dltrain.lake.rerun_facts import version_fingerprint
+    from airflow_provider_dltrain.lake.scan_plan import index_fingerprint, resolve
+
+    uri = str(tmp_path / "t")
+    written = [_provider_write(uri, i) for i in range(3)]
+    before = lake.latest(uri)
+    wanted = [("ds", "<=", _ds(2))]
+    print_before = version_fingerprint(before, wanted)["hash"]
+    lake.open_table(uri).optimize.z_order(["x"])  # rewrites every partition's files, same rows
+    after = lake.latest(uri)
+    assert after.version == before.version + 1
+    index = history_index.load(uri)
+    assert all(index.last_write(history_index.key_of({"ds": _ds(i)})).rearranged for i in range(3))
+    last = last_write(uri, {"ds": _ds(1)})
+    assert last.recorded_facts() == {"day": 1} and last.ref == written[1]  # the write, not the compaction
+    assert version_fingerprint(after, wanted)["hash"] == print_before
+    assert (
+        index_fingerprint(after, wanted)[0]
+        == resolve(after, wanted).fingerprint
+        == resolve(before, wanted).fingerprint
+    )
+
+
+def test_a_pin_whose_compacted_files_were_vacuumed_reads_the_compaction_and_a_restated_one_is_refused(
+    tmp_path,
+):
+    from airflow_provider_dltrain.lake.maintenance import vacuum
+
+    uri = str(tmp_path / "t")
+    written = [_provider_write(uri, i) for i in range(3)]
+    lake.open_table(uri).optimize.z_order(["x"])
+    assert history.cutoff_commit(uri, {"ds": _ds(1)}) == written[1]  # a compaction never moves a pin
+    lake.overwrite_partition(uri, pa.table({"x": [42]}), {"ds": _ds(0)})  # a restatement of day 0
+    vacuum(uri, retention_hours=0, force=True)  # what a 0-hour retention does to the old versions
+    scan = scan_version(written[1], None, [("ds", "=", _ds(1))])
+    assert scan.ref == written[1] and scan.files
+    assert sorted(x for f in scan.files for x in pq.read_table(f.uri).column("x").to_pylist()) == [1, 2]
+    with pytest.raises(TableNotFoundError, match=r"deleted by a VACUUM.*changed since \(ds=2026-01-01\)"):
+        scan_version(written[1], None, [("ds", "<=", _ds(1))])
