@@ -69,6 +69,16 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
     :param evaluation_filter: DNF filter on ``evaluation_dataset``, e.g.
         ``[["ds", "<=", "{{ data_interval_start | ds }}"]]`` (templated).
     :param aws_conn_id: ``aws`` connection for an ``s3://`` evaluation table (ignored for local paths).
+    :param gate_policy: promotion policies on top of ``metric``/``mode``/``min_delta``, a dict or its
+        JSON (templated): ``min_value``/``max_value`` (an absolute floor/ceiling),
+        ``min_absolute_change``/``min_relative_change``/``greater_is_better`` (MLflow
+        ``MetricThreshold`` semantics), ``ties`` (``"reject"``, the default, or ``"later_cutoff"``)
+        and ``secondary`` (``[{"metric", "mode", "role": "tiebreak" | "no_regress",
+        "max_regression"}]``); see :class:`~airflow_provider_dltrain.registry.GateSpec`. E.g. a
+        saturating accuracy that should still move to models trained on more data::
+
+            gate_policy={"min_value": 0.9, "ties": "later_cutoff",
+                         "secondary": [{"metric": "val_loss", "mode": "min", "role": "tiebreak"}]}
     :param allow_pickle: let the gate load a champion or candidate saved in PyTorch's pickle format
         (loading it runs the code it carries; logged as a warning). Default: refused with a message
         saying how to re-log the model as a pt2 export.
@@ -85,8 +95,13 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         "evaluate_fn",
         "evaluation_dataset",
         "evaluation_filter",
+        "gate_policy",
     )
-    template_fields_renderers = {"evaluation_dataset": "json", "evaluation_filter": "json"}
+    template_fields_renderers = {
+        "evaluation_dataset": "json",
+        "evaluation_filter": "json",
+        "gate_policy": "json",
+    }
     ui_color = "#d9ecff"
 
     def __init__(
@@ -105,6 +120,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         evaluation_filter: Any = None,
         aws_conn_id: str | None = None,
         allow_pickle: bool = False,
+        gate_policy: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -124,6 +140,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         self.evaluation_dataset = evaluation_dataset
         self.evaluation_filter = evaluation_filter
         self.aws_conn_id = aws_conn_id
+        self.gate_policy = gate_policy
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
@@ -139,7 +156,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
             check_dates({"data_cutoff": self.data_cutoff}, rendered=True)
             result = _train_result(self.train_result)
             metrics = result["metrics"]
-            gate = GateSpec(metric=self.metric, mode=self.mode, min_delta=self.min_delta)  # type: ignore[arg-type]
+            gate = GateSpec.with_policy(self.metric, self.mode, self.min_delta, _policy(self.gate_policy))
             if gate.metric not in metrics:
                 raise InvalidSpecError(
                     f"metric {gate.metric!r} is not in train_result['metrics'] (has {sorted(metrics)}): set "
@@ -226,6 +243,18 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
             storage_options=storage,
             allow_pickle=self.allow_pickle,
         )
+
+
+def _policy(value: Any) -> dict[str, Any] | None:
+    """``gate_policy`` as a dict; a rendered ``{{ ... | tojson }}`` template arrives as JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as err:
+            raise InvalidSpecError(f"gate_policy is text but not JSON: {value[:200]!r}") from err
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidSpecError(f"gate_policy must be a dict, got {type(value).__name__}.")
+    return dict(value) if value else None
 
 
 def _train_result(value: Any) -> dict[str, Any]:

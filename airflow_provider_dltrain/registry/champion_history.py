@@ -23,11 +23,13 @@ a worker unpickle a model.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 from typing import Any
 
+from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
     check_alias,
@@ -41,6 +43,7 @@ from airflow_provider_dltrain.registry.models import (
     BASIS_RESCORED,
     DEFAULT_ALIAS,
     TAG_CANDIDATE_VALUE,
+    TAG_CHAMPION_CUTOFF,
     TAG_CHAMPION_VALUE,
     TAG_COMPARED_WITH,
     TAG_DATA_CUTOFF,
@@ -50,6 +53,7 @@ from airflow_provider_dltrain.registry.models import (
     TAG_GATE_CUTOFF,
     TAG_GATE_RULE,
     TAG_METRIC_PREFIX,
+    TAG_SECONDARY_VALUES,
     GateSpec,
     ModelVersionInfo,
     history_tags,
@@ -58,8 +62,12 @@ from airflow_provider_dltrain.registry.models import (
 
 log = logging.getLogger(__name__)
 
-# GateSpec.rule: "<metric> <mode> min_delta=<x>", then " rescored by ..." for a re-scoring gate.
-_RULE = re.compile(r"(?P<metric>.+?) (?P<mode>min|max) min_delta=(?P<delta>\S+)(?P<rest> .*)?", re.DOTALL)
+# GateSpec.rule: "<metric> <mode> min_delta=<x>", " policy=<compact JSON>" for a gate with policies,
+# then " rescored by ..." for a re-scoring gate.
+_RULE = re.compile(
+    r"(?P<metric>.+?) (?P<mode>min|max) min_delta=(?P<delta>\S+)(?: policy=(?P<policy>\{\S*\}))?(?P<rest> .*)?",
+    re.DOTALL,
+)
 # The rule records min_delta with 6 significant digits: allow that much rounding when re-checking.
 _ROUNDING = 1e-5
 
@@ -124,15 +132,25 @@ def _values_problem(tags: dict[str, str]) -> str | None:
         candidate = float(tags[TAG_CANDIDATE_VALUE])
         champion = _optional(tags.get(TAG_CHAMPION_VALUE), float)
         compared = _optional(tags.get(TAG_COMPARED_WITH), int)
-        gate = GateSpec(match["metric"], match["mode"], max(0.0, delta * (1 - _ROUNDING)))  # type: ignore[arg-type]
-    except (KeyError, ValueError) as err:
+        policy = json.loads(match["policy"]) if match["policy"] else None
+        gate = GateSpec.with_policy(match["metric"], match["mode"], max(0.0, delta * (1 - _ROUNDING)), policy)
+        secondary = {k: tuple(v) for k, v in json.loads(tags.get(TAG_SECONDARY_VALUES) or "{}").items()}
+    except (KeyError, ValueError, TypeError, InvalidSpecError) as err:
         return f"the recorded gate values are missing or not numbers ({err})"
     if champion is not None and compared is None:
         return f"{TAG_CHAMPION_VALUE} is set but {TAG_COMPARED_WITH} is not"
     recorded = tags.get(TAG_METRIC_PREFIX + gate.metric)
     if basis == BASIS_RECORDED and recorded is not None and not _same(recorded, candidate):
         return f"{TAG_CANDIDATE_VALUE} {candidate!r} differs from the recorded {gate.metric} {recorded!r}"
-    decision = evaluate_gate(gate, candidate, champion, compared)
+    decision = evaluate_gate(
+        gate,
+        candidate,
+        champion,
+        compared,
+        secondary=secondary,
+        candidate_cutoff=tags.get(TAG_GATE_CUTOFF),
+        champion_cutoff=tags.get(TAG_CHAMPION_CUTOFF),
+    )
     if not decision.passed:
         return f"the recorded values do not pass the recorded rule ({decision.reason})"
     return None

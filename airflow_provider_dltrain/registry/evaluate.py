@@ -16,7 +16,7 @@ import json
 import logging
 import tempfile
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +131,8 @@ class GateValues:
     eval_data: str | None = None  # canonical JSON {"delta_ref": ..., "data_filter": ...}
     eval_rows: int | None = None
     note: str = ""  # appended to the gate's reason
+    secondary: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    champion_cutoff: str | None = None  # recorded when a gate policy decided
 
 
 def load_evaluate_fn(evaluate_fn: EvaluateFn | str) -> EvaluateFn:
@@ -146,8 +148,14 @@ def rescore(
     metric: str,
     candidate: ModelVersionInfo,
     champion: ModelVersionInfo | None,
+    *,
+    secondary: Sequence[str] = (),
 ) -> GateValues:
-    """Score ``candidate`` and ``champion`` with ``evaluation`` on the same rows; return both values."""
+    """Score ``candidate`` and ``champion`` with ``evaluation`` on the same rows; return both values.
+
+    :param secondary: further metrics the gate compares (``GateSpec.secondary``), taken from the
+        same evaluation result.
+    """
     from airflow_provider_dltrain.lake.scan_plan import resolve
     from airflow_provider_dltrain.utils.hashing import canonical_json
 
@@ -165,14 +173,14 @@ def rescore(
         fn,
         plan,
         hparams,
-        metric=metric,
+        metrics=(metric, *secondary),
         fn_name=evaluation.fn_name,
         allow_pickle=evaluation.allow_pickle,
     )
-    cand_value, rows = score(candidate)
-    champ_value = None
+    cand_values, rows = score(candidate)
+    champ_values: dict[str, float] = {}
     if champion is not None:
-        champ_value, champ_rows = score(champion)
+        champ_values, champ_rows = score(champion)
         if champ_rows != rows:  # e.g. a function that samples without ctx.seed: not the same rows
             log.warning(
                 "%s read %s rows for the challenger but %s for the champion.",
@@ -186,13 +194,14 @@ def rescore(
     if champion is None:
         note = f"; scored by {evaluation.fn_name} on {where}"
     return GateValues(
-        candidate_value=cand_value,
-        champion_value=champ_value,
+        candidate_value=cand_values[metric],
+        champion_value=champ_values.get(metric),
         basis=BASIS_RESCORED,
         eval_fn=evaluation.fn_name,
         eval_data=canonical_json({"delta_ref": plan.ref.to_dict(), "data_filter": plan.data_filter}),
         eval_rows=rows,
         note=note,
+        secondary={m: (cand_values[m], champ_values.get(m)) for m in secondary},
     )
 
 
@@ -252,11 +261,11 @@ def _score(
     hparams: Mapping[str, Any],
     mv: ModelVersionInfo,
     *,
-    metric: str,
+    metrics: Sequence[str],
     fn_name: str,
     allow_pickle: bool,
-) -> tuple[float, int | None]:
-    """``metric`` of ``fn(ctx, model)`` for one version, and the rows its loaders read."""
+) -> tuple[dict[str, float], int | None]:
+    """``metrics`` of ``fn(ctx, model)`` for one version, and the rows its loaders read."""
     import torch
 
     from airflow_provider_dltrain.training.context import TrainContext
@@ -271,18 +280,18 @@ def _score(
         seed_everything(seed)  # the same random state for both models: any sampling draws the same rows
         result = fn(ctx, model)
     rows = sum(ctx.rows_seen.values()) or None
-    if not isinstance(result, Mapping) or metric not in result:
+    missing = [m for m in metrics if not isinstance(result, Mapping) or m not in result]
+    if missing:
         keys = sorted(result) if isinstance(result, Mapping) else type(result).__name__
         raise InvalidSpecError(
             f"evaluate_fn {fn_name} returned {keys} for {mv.name} v{mv.version}, without the gate "
-            f"metric {metric!r}: return it from the function or gate on one it returns."
+            f"metric {missing[0]!r}: return it from the function or gate on one it returns."
         )
     try:
-        return float(result[metric]), rows
+        return {m: float(result[m]) for m in metrics}, rows
     except (TypeError, ValueError) as err:
-        raise InvalidSpecError(
-            f"evaluate_fn {fn_name}: {metric}={result[metric]!r} is not a number."
-        ) from err
+        bad = {m: result[m] for m in metrics}
+        raise InvalidSpecError(f"evaluate_fn {fn_name}: {bad!r:.300} are not all numbers.") from err
 
 
 def load_version(tracking: TrackingConfig, mv: ModelVersionInfo, *, allow_pickle: bool = False) -> Any:

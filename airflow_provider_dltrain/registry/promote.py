@@ -26,6 +26,7 @@ from airflow_provider_dltrain.registry.models import (
     BASIS_RECORDED,
     DEFAULT_ALIAS,
     TAG_CANDIDATE_VALUE,
+    TAG_CHAMPION_CUTOFF,
     TAG_CHAMPION_VALUE,
     TAG_COMPARED_WITH,
     TAG_DATA_CUTOFF,
@@ -39,6 +40,7 @@ from airflow_provider_dltrain.registry.models import (
     TAG_GATE_RULE,
     TAG_HPARAMS,
     TAG_REASON,
+    TAG_SECONDARY_VALUES,
     GateDecision,
     GateSpec,
     ModelVersionInfo,
@@ -88,11 +90,24 @@ def gate_and_promote(
         return _finish(client, mv, alias, cutoff)
     champion = champion_as_of(client, model_name, cutoff, alias, exclude_version=mv.version)
     if evaluation is not None:
-        values = rescore(tracking_config(tracking, client), evaluation, gate.metric, mv, champion)
+        secondary = [s.metric for s in gate.secondary]
+        config = tracking_config(tracking, client)
+        values = rescore(config, evaluation, gate.metric, mv, champion, secondary=secondary)
     else:
         values = _recorded(client, gate, mv, champion)
-    decision = evaluate_gate(gate, values.candidate_value, values.champion_value, _version(champion))
+    champion_cutoff = _cutoff_of(champion, alias)
+    decision = evaluate_gate(
+        gate,
+        values.candidate_value,
+        values.champion_value,
+        _version(champion),
+        secondary=values.secondary,
+        candidate_cutoff=cutoff,
+        champion_cutoff=champion_cutoff,
+    )
     decision = dataclasses.replace(decision, reason=decision.reason + values.note)
+    if gate.policy():  # what a policy decided on, so the trust check can re-decide from the tags
+        values = dataclasses.replace(values, champion_cutoff=champion_cutoff)
     _record(client, mv, alias, cutoff, rule, decision, values)
     return _finish(client, get_version(client, model_name, mv.version), alias, cutoff)
 
@@ -107,8 +122,20 @@ def _recorded(
             f"{mv.name} v{mv.version} has no metric {gate.metric!r} (no version tag, not on run "
             f"{mv.run_id}): log it during training or gate on a metric the run reports."
         )
+    secondary: dict[str, tuple[float | None, float | None]] = {}
+    for second in gate.secondary:
+        value = recorded_metric(client, mv, second.metric)
+        if value is None:
+            raise InvalidSpecError(
+                f"{mv.name} v{mv.version} has no secondary metric {second.metric!r} (no version tag, not "
+                f"on run {mv.run_id}): log it during training or drop it from the gate's secondary list."
+            )
+        secondary[second.metric] = (
+            value,
+            recorded_metric(client, champion, second.metric) if champion else None,
+        )
     if champion is None:
-        return GateValues(candidate_value, None, BASIS_RECORDED)
+        return GateValues(candidate_value, None, BASIS_RECORDED, secondary=secondary)
     log.warning(
         "Gating %s v%s on recorded %r values, each measured on its own validation rows, which may "
         "differ from v%s's: pass an evaluation (evaluate_fn=...) to score both on the same rows.",
@@ -118,9 +145,16 @@ def _recorded(
         champion.version,
     )
     note = "; recorded values, each measured on its own validation rows"
-    return GateValues(
-        candidate_value, recorded_metric(client, champion, gate.metric), BASIS_RECORDED, note=note
-    )
+    champion_value = recorded_metric(client, champion, gate.metric)
+    return GateValues(candidate_value, champion_value, BASIS_RECORDED, note=note, secondary=secondary)
+
+
+def _cutoff_of(mv: ModelVersionInfo | None, alias: str) -> str | None:
+    """The champion's training-data cut-off (its run's tag), else the cut-off it was promoted for."""
+    if mv is None:
+        return None
+    key = mv.champion_key(alias)
+    return mv.tags.get(TAG_DATA_CUTOFF) or (key[0] if key else None)
 
 
 def _version(mv: ModelVersionInfo | None) -> int | None:
@@ -215,7 +249,7 @@ def _decided(mv: ModelVersionInfo, alias: str, cutoff: str, rule: str) -> bool:
     )
 
 
-_EVAL_TAGS = (TAG_EVAL_FN, TAG_EVAL_DATA, TAG_EVAL_ROWS)
+_EVAL_TAGS = (TAG_EVAL_FN, TAG_EVAL_DATA, TAG_EVAL_ROWS, TAG_SECONDARY_VALUES, TAG_CHAMPION_CUTOFF)
 
 
 def _record(
@@ -242,6 +276,8 @@ def _record(
         TAG_EVAL_FN: values.eval_fn,
         TAG_EVAL_DATA: values.eval_data,
         TAG_EVAL_ROWS: values.eval_rows,
+        TAG_SECONDARY_VALUES: json.dumps(values.secondary, sort_keys=True) if values.secondary else None,
+        TAG_CHAMPION_CUTOFF: values.champion_cutoff,
     }
     set_tags(
         client,
