@@ -44,7 +44,9 @@ from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_R
 from airflow_provider_dltrain.lake.storage import StorageOptions
 
 logger = logging.getLogger(__name__)
-SCHEME = "dltrain-rerun-v1"  # bumped whenever the facts change meaning: older records never match
+# bumped whenever the facts change meaning: older records never match (v2: a Delta input's fingerprint
+# no longer counts files, so a compaction keeps it; it can come from the history index alone)
+SCHEME = "dltrain-rerun-v2"
 SCORING_CODE = "airflow_provider_dltrain.inference.scoring:score_table"
 Storage = Callable[[str], StorageOptions | None]
 
@@ -242,14 +244,15 @@ def _matched(facts: Mapping[str, Any]) -> str:
         model, data = facts["model"], facts["input"]
         return (
             f"model {model['name'] or model['model_uri']} v{model['version']}, input {data['uri']} "
-            f"v{data['version']} ({data['files']} file(s) in {data['partitions']} partition(s)), "
+            f"v{data['version']} ({data['partitions']} partition(s)), "
             "scoring parameters and code"
         )
     inputs = []
     for name, item in sorted(facts["inputs"].items()):
-        what = f"{item['files']} file(s)"
         if item["kind"] == "delta":
-            what += f" in {item['partitions']} partition(s) of a Delta version"
+            what = f"{item['partitions']} partition(s) of a Delta version"
+        else:
+            what = f"{item['files']} file(s)"
         inputs.append(f"{name}: {what}")
     return f"inputs ({', '.join(inputs) or 'none'}), transform code and parameters"
 
