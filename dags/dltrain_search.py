@@ -9,6 +9,16 @@
 4. select the best trial (lowest ``val_loss``), write the leaderboard on the parent run;
 5. register it behind the gate (``dltrain_digits_search``), which still decides on promotion.
 
+An adaptive search runs through the same DAG: trigger it with ``{"search": TPE, "early_stopping":
+null}`` (``TPE`` below: an Optuna study, TPE with ``constant_liar``, the median pruner, 12 trials, 2
+at a time). Each mapped task asks the study for its parameters when it starts, so later trials learn
+from earlier ones; the pruner stops trials that lag at the same epoch; the study lives in
+``optuna.db`` beside the MLflow store, so a re-run of an unchanged study finds every trial by its
+parameters and trains nothing::
+
+    airflow dags trigger dltrain_search --conf "$(python -c 'import json, dltrain_search as d;
+        print(json.dumps({"search": d.TPE, "early_stopping": None}))')"
+
 ``dltrain_ablation`` trains the baseline and one trial without each model component (``conv1``,
 ``conv2``, ``pool``, ``hidden``) and reports each component's effect on ``val_loss``.
 
@@ -28,8 +38,8 @@ from airflow_provider_dltrain.operators import (
     ExpandTrialsOperator,
     RegisterModelOperator,
     SelectBestTrialOperator,
-    TrainModelOperator,
 )
+from airflow_provider_dltrain.operators.experiments import TrainTrialOperator
 from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
 
 DS = "{{ data_interval_start | ds }}"
@@ -39,6 +49,17 @@ SEARCH = {"grid": {"lr": [0.01, 0.005, 0.003, 1e-5, 3e-6, 1e-6]}}  # the last th
 FIXED = {"epochs": 4, "batch_size": 32, "seed": 7}
 STOPPING = {"rule": "median", "metric": "val_loss", "mode": "min", "grace_steps": 1, "min_trials": 1}
 ABLATION = {"ablate": ["conv1", "conv2", "pool", "hidden"]}
+TPE = {
+    "optuna": {
+        "n_trials": 12,
+        "metric": "val_loss",
+        "mode": "min",
+        "seed": 7,
+        "space": {"lr": {"loguniform": [1e-6, 3e-2]}},
+        "sampler": {"name": "tpe", "constant_liar": True, "n_startup_trials": 4},
+        "pruner": {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 1},
+    }
+}
 
 
 def _pin(task_id: str = "wait_for_partition") -> DeltaTableVersionSensor:
@@ -64,7 +85,7 @@ def _trials(pinned: DeltaTableVersionSensor, experiment: str) -> tuple[ExpandTri
         early_stopping="{{ params.early_stopping | tojson }}",
         experiment_name=experiment,
     )
-    trained = TrainModelOperator.partial(
+    trained = TrainTrialOperator.partial(
         task_id="train",
         dataset=pinned.output,
         train_fn=TRAIN_FN,
@@ -85,9 +106,11 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     params={
-        "search": Param(SEARCH, type="object", description="grid / random / trials spec"),
+        "search": Param(SEARCH, type="object", description="grid / random / trials / optuna spec"),
         "hparams": Param(FIXED, type="object", description="hyper-parameters every trial shares"),
-        "early_stopping": Param(STOPPING, type=["object", "null"], description="median or asha rule"),
+        "early_stopping": Param(
+            STOPPING, type=["object", "null"], description="median or asha rule (null for optuna)"
+        ),
     },
     tags=["dltrain", "training", "experiments"],
     doc_md=__doc__,

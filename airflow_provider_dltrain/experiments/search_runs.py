@@ -55,20 +55,29 @@ def ensure_parent_run(
 def reusable_trial(
     config: TrackingConfig, parent_run_id: str, trial: str, identity: Mapping[str, str]
 ) -> dict[str, Any] | None:
-    """The stored TrainResult of a FINISHED run of ``trial`` under the parent with equal identity tags."""
+    """The stored TrainResult of a FINISHED child run of the parent with equal identity tags.
+
+    A trial is identified by its data, code and hyper-parameters (the identity tags), not by its
+    name or position: when a re-expanded list shifts trials, each still finds its own result (a run
+    of the same name is preferred). The result is returned under ``trial``'s name.
+    """
     client = config.client()
     parent = client.get_run(parent_run_id)
     runs = client.search_runs(
         [parent.info.experiment_id],
-        filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}' AND tags.`{TRIAL_TAG}` = '{trial}' "
-        "AND attributes.status = 'FINISHED'",
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}' AND attributes.status = 'FINISHED'",
         order_by=["attributes.start_time ASC"],
+        max_results=10000,
     )
-    for run in runs:
-        tags = run.data.tags
-        if RESULT_TAG in tags and all(tags.get(k) == v for k, v in identity.items()):
-            return dict(json.loads(tags[RESULT_TAG]))
-    return None
+    matching = [
+        run
+        for run in runs
+        if RESULT_TAG in run.data.tags and all(run.data.tags.get(k) == v for k, v in identity.items())
+    ]
+    matching.sort(key=lambda run: run.data.tags.get(TRIAL_TAG) != trial)  # stable: earliest first
+    if not matching:
+        return None
+    return {**json.loads(matching[0].data.tags[RESULT_TAG]), "trial": trial}
 
 
 def record_trial_result(config: TrackingConfig, result: Mapping[str, Any]) -> bool:

@@ -8,6 +8,9 @@ Specs are JSON so they can be DAG params or XCom::
     {"trials": [{"lr": 0.003}, {"lr": 0.0001}]}
     {"ablate": ["conv2", "pool", "hidden"]}     # a baseline plus one trial without each component
 
+An adaptive search, ``{"optuna": {...}}``, is not a fixed list: its trials are asked from an Optuna
+study as they start (see :mod:`airflow_provider_dltrain.experiments.optuna_study`).
+
 The same spec and ``fixed`` hyper-parameters always give the same trials in the same order.
 """
 
@@ -45,10 +48,15 @@ def expand_trials(spec: Mapping[str, Any], fixed: Mapping[str, Any] | None = Non
         raise InvalidSpecError(
             f"search must be a dict such as {{'grid': {{...}}}}, got {type(spec).__name__}"
         )
+    if "optuna" in spec:
+        raise InvalidSpecError(
+            "an Optuna search is asked from its study as trials start, not expanded up front: give it to "
+            "ExpandTrialsOperator (or plan_trials in experiments.optuna_study)"
+        )
     kinds = [k for k in KINDS if k in spec]
     unknown = sorted(set(spec) - set(KINDS))
     if len(kinds) != 1 or unknown:
-        raise InvalidSpecError(f"search needs exactly one of {list(KINDS)}; got keys {sorted(spec)}")
+        raise InvalidSpecError(f"search needs exactly one of {[*KINDS, 'optuna']}; got keys {sorted(spec)}")
     kind = kinds[0]
     base = dict(fixed or {})
     if kind == "ablate":

@@ -11,6 +11,10 @@ earlier ones logged - there is no barrier between trials. Two rules:
   completed; at a rung a trial continues only if it is in the top ``1/eta`` of all values recorded
   at that rung so far (itself included).
 
+In an Optuna search (``search={"optuna": ...}``) the rule is ``optuna``: the study's own pruner
+(median, successive halving or Hyperband, see :mod:`.optuna_study`) judges each reported step from
+the intermediate values in the study, instead of these hand-written rules.
+
 Decisions depend on what the other trials had logged when the question was asked, so the set of
 stopped trials can differ between two runs of the same search (each trial alone stays reproducible).
 """
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 if TYPE_CHECKING:
+    from airflow_provider_dltrain.experiments.optuna_study import OptunaPruneRule
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
 log = logging.getLogger("airflow_provider_dltrain.experiments")
@@ -39,7 +44,8 @@ PARENT_TAG = "mlflow.parentRunId"
 class StoppingSpec:
     """Which rule stops trials, on which metric. JSON: ``{"rule": "median", "metric": "val_loss"}``.
 
-    :param rule: ``"median"`` or ``"asha"``.
+    :param rule: ``"median"``, ``"asha"`` or ``"optuna"`` (set by an Optuna search, with
+        ``pruner``, ``storage``, ``study`` and the task's ``trial_number``).
     :param metric: a metric the training function logs with ``ctx.log_metrics(..., step=...)``.
     :param mode: ``"min"`` (lower is better) or ``"max"``.
     :param grace_steps: median: never stop before this step index.
@@ -48,13 +54,17 @@ class StoppingSpec:
     :param reduction_factor: asha: ``eta``; the top ``1/eta`` continue at each rung.
     """
 
-    rule: Literal["median", "asha"]
+    rule: Literal["median", "asha", "optuna"]
     metric: str
     mode: Literal["min", "max"] = "min"
     grace_steps: int = 1
     min_trials: int = 2
     min_steps: int = 1
     reduction_factor: int = 3
+    pruner: Mapping[str, Any] | None = None
+    storage: str | None = None
+    study: str | None = None
+    trial_number: int | None = None
 
     @classmethod
     def coerce(cls, value: StoppingSpec | Mapping[str, Any]) -> StoppingSpec:
@@ -77,8 +87,12 @@ class StoppingSpec:
         return spec
 
     def check(self) -> None:
-        if self.rule not in ("median", "asha"):
+        if self.rule not in ("median", "asha", "optuna"):
             raise InvalidSpecError(f"early_stopping.rule must be 'median' or 'asha', got {self.rule!r}")
+        if self.rule == "optuna" and not (self.pruner and self.storage and self.study):
+            raise InvalidSpecError(
+                "early_stopping.rule 'optuna' is set by an Optuna search: it needs pruner, storage and study"
+            )
         if self.mode not in ("min", "max"):
             raise InvalidSpecError(f"early_stopping.mode must be 'min' or 'max', got {self.mode!r}")
         if not self.metric:
@@ -89,9 +103,17 @@ class StoppingSpec:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.rule != "optuna":  # the hand-written rules' dicts stay as they were (search keys)
+            for name in ("pruner", "storage", "study", "trial_number"):
+                out.pop(name)
+        return out
 
-    def rule_object(self) -> MedianStoppingRule | AshaRule:
+    def rule_object(self) -> MedianStoppingRule | AshaRule | OptunaPruneRule:
+        if self.rule == "optuna":
+            from airflow_provider_dltrain.experiments.optuna_study import OptunaPruneRule
+
+            return OptunaPruneRule(self.to_dict(), int(self.trial_number or 0))
         if self.rule == "median":
             return MedianStoppingRule(self.mode, self.grace_steps, self.min_trials)
         return AshaRule(self.mode, self.min_steps, self.reduction_factor)
@@ -213,10 +235,14 @@ class TrialStopper:
         if self.spec.metric not in metrics or step is None:
             return None
         self.own[int(step)] = float(metrics[self.spec.metric])
-        others = list(
-            metric_histories(self.config, self.parent_run_id, self.spec.metric, self.trial).values()
-        )
-        decision = self.rule.decide(self.own, others, int(step))
+        if not isinstance(self.rule, (MedianStoppingRule, AshaRule)):  # the study's pruner judges
+            prune, reason = self.rule.report(self.own[int(step)], int(step))
+            decision = StopDecision(prune, int(step), reason)
+        else:
+            others = list(
+                metric_histories(self.config, self.parent_run_id, self.spec.metric, self.trial).values()
+            )
+            decision = self.rule.decide(self.own, others, int(step))
         log.info(
             "early stopping (%s on %s) for %s at step %d: %s -> %s",
             self.spec.rule,

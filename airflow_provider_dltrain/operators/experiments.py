@@ -8,6 +8,9 @@
                                          max_active_tis_per_dagrun=2).expand_kwargs(trials.output)
     best = SelectBestTrialOperator(task_id="select_best", trial_results=trained.output, metric="val_loss")
     RegisterModelOperator(task_id="register", train_result=best.output, ...)
+
+An adaptive search (``search={"optuna": {...}}``) maps :class:`TrainTrialOperator` instead: each
+mapped task asks the Optuna study for its parameters when it starts and tells it the outcome.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.operators.task_context import run_info
+from airflow_provider_dltrain.operators.training import TrainModelOperator, _hparams, _trial
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
 if TYPE_CHECKING:
@@ -47,7 +51,11 @@ class ExpandTrialsOperator(BaseOperator):
 
     :param dataset: the pinned version the trials train on, a DeltaRef dict or XComArg (templated).
     :param search: ``{"grid": {...}}``, ``{"random": {"n", "seed", "space"}}``, ``{"trials": [...]}`` or
-        ``{"ablate": [component, ...]}`` (see :mod:`airflow_provider_dltrain.experiments.search_spec`) (templated).
+        ``{"ablate": [component, ...]}`` (see :mod:`airflow_provider_dltrain.experiments.search_spec`), or
+        ``{"optuna": {"n_trials", "metric", "space", "sampler", "pruner", ...}}`` (see
+        :class:`~airflow_provider_dltrain.experiments.optuna_study.OptunaSearch`; map
+        :class:`TrainTrialOperator`): the study's finished trials by parameters, then slots that ask
+        the study when their task starts (templated).
     :param hparams: hyper-parameters every trial shares; a trial's own values win (templated).
     :param early_stopping: ``{"rule": "median" | "asha", "metric": ..., "mode": ...}`` or None (templated).
     :param experiment_name: MLflow experiment of the parent and child runs (default: the DAG id) (templated).
@@ -92,6 +100,8 @@ class ExpandTrialsOperator(BaseOperator):
         with fail_fast_on_user_error():
             ref = DeltaRef.coerce(self.dataset)
             search, fixed = _json(self.search, "search"), _json(self.hparams, "hparams") or {}
+            if isinstance(search, Mapping) and "optuna" in search:
+                return self._expand_study(info, ref.to_dict(), search, fixed)
             trials = expand_trials(search, fixed)
             raw_stopping = _json(self.early_stopping, "early_stopping")
             stopping = StoppingSpec.coerce(raw_stopping).to_dict() if raw_stopping else None
@@ -129,6 +139,130 @@ class ExpandTrialsOperator(BaseOperator):
             }
             for t in trials
         ]
+
+    def _expand_study(
+        self, info: Mapping[str, Any], ref: Mapping[str, Any], search: Mapping[str, Any], fixed: Any
+    ) -> list[dict[str, Any]]:
+        """The entries of an Optuna search: the study's trials by parameters, then slots to ask."""
+        from airflow_provider_dltrain.exceptions import InvalidSpecError
+        from airflow_provider_dltrain.experiments.optuna_study import OptunaSearch, open_study, plan_trials
+        from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run, search_key
+        from airflow_provider_dltrain.hooks.mlflow import MlflowHook
+
+        if set(search) != {"optuna"} or _json(self.early_stopping, "early_stopping"):
+            raise InvalidSpecError(
+                "an Optuna search takes its pruner in search.optuna.pruner; set early_stopping=None and "
+                "give no other search kind beside 'optuna'"
+            )
+        study = OptunaSearch.coerce(search["optuna"])
+        tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+        storage = study.storage or _default_storage(tracking.tracking_uri)
+        # without n_trials: asking for more trials continues the same study and parent run
+        definition = _definition(info, ref, {"optuna": study.identity()}, fixed, None)
+        key = search_key(definition)
+        name = f"dltrain-{key[:20]}"
+        parent, created = ensure_parent_run(
+            tracking,
+            self.experiment_name or str(info["dag_id"] or "dltrain"),
+            key,
+            run_name=f"{info['dag_id']}.study.{str(info.get('data_interval_start') or '')[:10]}",
+            tags={"dltrain.search": json.dumps(definition, default=str)[:5000], "dltrain.optuna_study": name},
+        )
+        run_key = str(info["run_id"])
+        planned = plan_trials(open_study(study, storage, name), study, run_key)
+        known = sum(1 for p in planned if p.params is not None)
+        self.log.info(
+            "%s parent MLflow run %s; Optuna study %r in %s: %d trial(s) known by parameters, %d to ask "
+            "(sampler %s, pruner %s)",
+            "Created" if created else "Reusing",
+            parent,
+            name,
+            storage.split("://")[0],
+            known,
+            len(planned) - known,
+            study.sampler["name"],
+            study.pruner["name"],
+        )
+        early = study.stopping(storage, name)
+        optuna = {"storage": storage, "study": name, "search": study.to_dict(), "run_key": run_key}
+        return [
+            {
+                "hparams": {**dict(fixed), **(p.params or {})},
+                "trial": {
+                    "name": p.name,
+                    "index": i,
+                    "parent_run_id": parent,
+                    "early_stopping": early,
+                    "optuna": {**optuna, "slot": p.slot, "params": p.params},
+                },
+            }
+            for i, p in enumerate(planned)
+        ]
+
+
+def _default_storage(tracking_uri: str | None) -> str:
+    """A SQLite study file beside a SQLite MLflow store; any other store needs search.optuna.storage."""
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    uri = tracking_uri or ""
+    if uri.startswith("sqlite:///") and "/" in uri[len("sqlite:///") :]:
+        return uri.rsplit("/", 1)[0] + "/optuna.db"
+    raise InvalidSpecError(
+        f"search.optuna.storage is not set and MLflow ({uri.split('://')[0]}) is not a SQLite file to put "
+        "the study beside: give an SQLAlchemy URL every worker reaches, e.g. 'postgresql://.../optuna'"
+    )
+
+
+class TrainTrialOperator(TrainModelOperator):
+    """A search trial: ``TrainModelOperator``, plus the Optuna ask/tell of an adaptive search.
+
+    For a trial of ``search={"optuna": ...}`` it asks the study for the parameters when the task
+    starts (a retry resumes the trial its slot asked; known parameters reuse their study trial),
+    trains with the study's pruner judging each logged step, and tells the study the outcome
+    (COMPLETE, PRUNED, or FAIL when the task fails). A trial whose inputs are unchanged returns its
+    earlier result, as every search trial does. Any other trial runs exactly as
+    ``TrainModelOperator``; map it with ``.partial(...).expand_kwargs(trials.output)``.
+    """
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        trial = _trial(self.trial) if self.trial else None
+        if not trial or not trial.get("optuna"):
+            return super().execute(context)
+        from airflow.exceptions import AirflowSkipException
+
+        from airflow_provider_dltrain.experiments import optuna_study
+
+        with fail_fast_on_user_error():
+            spec = trial["optuna"]
+            search = optuna_study.OptunaSearch.coerce(spec["search"])
+            study = optuna_study.open_study(search, spec["storage"], spec["study"])
+            number, params, finished = optuna_study.claim_trial(
+                study, search, str(spec["run_key"]), slot=spec.get("slot"), params=spec.get("params")
+            )
+            stopping = trial.get("early_stopping")
+            self.hparams = {**_hparams(self.hparams), **params}
+            self.trial = {
+                **trial,
+                "name": optuna_study.trial_name(params),
+                "early_stopping": {**stopping, "trial_number": number} if stopping and not finished else None,
+            }
+        self.log.info("Optuna trial %d of study %r: %s", number, spec["study"], params)
+        try:
+            result = super().execute(context)
+        except AirflowSkipException:
+            raise
+        except BaseException:
+            optuna_study.fail_trial(study, number)
+            raise
+        state = optuna_study.finish_trial(study, number, result, search.metric)
+        self.log.info(
+            "Optuna trial %d is %s (%s=%s)",
+            number,
+            state,
+            search.metric,
+            (result or {}).get("metrics", {}).get(search.metric),
+        )
+        return result
 
 
 def _definition(

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.experiments import StoppingSpec
-from airflow_provider_dltrain.experiments.search_runs import RESULT_TAG, ensure_parent_run, reusable_trial
-from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG
-from airflow_provider_dltrain.registry.config import TrackingConfig
 
 optuna = pytest.importorskip("optuna", reason="the optuna extra")
 from airflow_provider_dltrain.experiments import optuna_study as st  # noqa: E402
@@ -122,32 +118,3 @@ def test_every_sampler_builds(sampler, storage):
     space = {"bs": {"choice": [16, 32]}} if sampler == {"name": "grid"} else {"lr": {"uniform": [0, 1]}}
     search = st.OptunaSearch.coerce({**SPEC, "space": space, "sampler": sampler, "pruner": "hyperband"})
     assert st.open_study(search, storage, f"s-{uuid.uuid4().hex}").ask(search.distributions()).params
-
-
-@pytest.fixture(scope="module")
-def tracking(tmp_path_factory) -> TrackingConfig:
-    return TrackingConfig(tracking_uri=f"sqlite:///{tmp_path_factory.mktemp('reuse') / 'mlflow.db'}")
-
-
-def test_a_reexpanded_list_with_one_trial_removed_finds_every_other_trials_result(tracking):
-    parent, _ = ensure_parent_run(tracking, "reuse", uuid.uuid4().hex, run_name="search", tags={})
-    client = tracking.client()
-    exp = client.get_run(parent).info.experiment_id
-    for i, lr in enumerate([0.1, 0.01, 0.001]):
-        identity = {"dltrain.params_hash": f"lr={lr}", "dltrain.code_hash": "c"}
-        run = client.create_run(exp, tags={PARENT_TAG: parent, TRIAL_TAG: f"trial-0{i}", **identity})
-        result = {"run_id": run.info.run_id, "trial": f"trial-0{i}", "metrics": {"val_loss": lr}}
-        client.set_tag(run.info.run_id, RESULT_TAG, json.dumps(result))
-        client.set_terminated(run.info.run_id, "FINISHED")
-    # lr=0.1 removed: trial-00 is now lr=0.01 and trial-01 lr=0.001
-    for name, lr in [("trial-00", 0.01), ("trial-01", 0.001)]:
-        found = reusable_trial(
-            tracking, parent, name, {"dltrain.params_hash": f"lr={lr}", "dltrain.code_hash": "c"}
-        )
-        assert found is not None and found["metrics"]["val_loss"] == lr and found["trial"] == name
-    assert (
-        reusable_trial(
-            tracking, parent, "trial-00", {"dltrain.params_hash": "lr=7", "dltrain.code_hash": "c"}
-        )
-        is None
-    )

@@ -1,4 +1,7 @@
-"""The example search and ablation DAGs through ``airflow dags test`` on the demo's embedded defaults."""
+"""The example search and ablation DAGs through ``airflow dags test`` on the demo's embedded defaults.
+
+The same DAG also runs an Optuna TPE study (``search={"optuna": ...}``) for the next date, twice.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,25 @@ from pathlib import Path
 import pytest
 
 DS = "2026-11-24"
+DS_TPE = "2026-11-25"  # the study's own date: its runs leave the grid search's run of DS alone
 pytestmark = pytest.mark.slow
+STUDY = {
+    "n_trials": 12,
+    "metric": "val_loss",
+    "mode": "min",
+    "seed": 7,
+    "space": {"lr": {"loguniform": [1e-6, 3e-2]}},
+    "sampler": {"name": "tpe", "constant_liar": True, "n_startup_trials": 4},
+    "pruner": {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 0},
+}
+TPE = {
+    "search": {"optuna": STUDY},
+    "hparams": {"epochs": 3, "batch_size": 64, "seed": 7},
+    "early_stopping": None,
+}
 
 
-def _write_digits(uri: str, rows: int = 300) -> None:
+def _write_digits(uri: str, rows: int = 300, ds: str = DS, start: int = 0) -> None:
     """Partition ``ds = DS`` of the digits table straight from sklearn's images (no Spark ingest)."""
     import pyarrow as pa
     from sklearn.datasets import load_digits
@@ -21,22 +39,22 @@ def _write_digits(uri: str, rows: int = 300) -> None:
     from airflow_provider_dltrain import lake
 
     digits = load_digits()
-    features = (digits.data[:rows] / 16.0).astype("float32")
+    features = (digits.data[start : start + rows] / 16.0).astype("float32")
     table = pa.table(
         {
             "features": pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), 64).cast(
                 pa.list_(pa.float32())
             ),
-            "label": pa.array(digits.target[:rows].astype("int64")),
-            "source_file": pa.array([f"digits/{i:05d}.png" for i in range(rows)]),
+            "label": pa.array(digits.target[start : start + rows].astype("int64")),
+            "source_file": pa.array([f"digits/{i:05d}.png" for i in range(start, start + rows)]),
         }
     )
-    lake.overwrite_partition(uri, table, {"ds": DS})
+    lake.overwrite_partition(uri, table, {"ds": ds})
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """Run the search, the ablation, then the search again, in one Airflow process."""
+    """Run the search, the ablation, the search again, then a TPE study twice, in one Airflow process."""
     import os
 
     home = tmp_path_factory.mktemp("search") / "home"
@@ -47,13 +65,26 @@ def searched(tmp_path_factory):
         from airflow_provider_dltrain.demo.run import airflow_env, ensure_airflow_db, run_dags
 
         _write_digits(paths.table("digits"))
+        _write_digits(paths.table("digits"), rows=150, ds=DS_TPE, start=300)
         env = airflow_env()
         ensure_airflow_db(env)
-        runs = [("dltrain_search", DS, None), ("dltrain_ablation", DS, None), ("dltrain_search", DS, None)]
+        runs = [
+            ("dltrain_search", DS, None),
+            ("dltrain_ablation", DS, None),
+            ("dltrain_search", DS, None),
+            ("dltrain_search", DS_TPE, TPE),
+            ("dltrain_search", DS_TPE, TPE),
+        ]
         logs: list[str] = []  # read as each run ends: the re-run's log replaces the first run's file
         outcomes = run_dags(runs, env, on_result=lambda o: logs.append(Path(o.log_path).read_text()))
-        assert [o.ok for o in outcomes] == [True, True, True], [o.tail for o in outcomes if not o.ok]
-        yield {"env": env, "paths": paths, "logs": logs, "tis_first": _task_instances(env, "dltrain_search")}
+        assert [o.ok for o in outcomes] == [True] * 5, [o.tail for o in outcomes if not o.ok]
+        yield {
+            "env": env,
+            "paths": paths,
+            "logs": logs,
+            "outcomes": outcomes,
+            "tis_first": _task_instances(env, "dltrain_search"),
+        }
     finally:
         if saved is None:
             os.environ.pop("DLTRAIN_HOME", None)
@@ -101,13 +132,24 @@ def _most_at_once(intervals):
     return peak
 
 
-def _child_runs(tracking, experiment):
+def _child_runs(tracking, experiment, study=False):
+    """The parent runs and their children: of the Optuna study (``study=True``), else of the others."""
     client = tracking.client()
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
-    parents = [r for r in runs if "dltrain.search_key" in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents = [
+        r
+        for r in runs
+        if "dltrain.search_key" in r.data.tags and ("dltrain.optuna_study" in r.data.tags) == study
+    ]
+    ids = {p.info.run_id for p in parents}
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in ids]
     return parents, children
+
+
+def _versions(tracking, cutoff):
+    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    return [v for v in versions if v.tags.get("dltrain.data_cutoff") == cutoff]
 
 
 def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_the_best(searched):
@@ -130,7 +172,7 @@ def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_t
     outcome = run_outcome("dltrain_search", DS, searched["env"])
     best, registered = outcome["xcom"]["select_best"], outcome["xcom"]["register"]
     assert float(best["params"]["lr"]) >= 3e-3 and best["trial"].startswith("trial-") and not best["stopped"]
-    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
+    versions = _versions(tracking, DS)
     assert [v.run_id for v in versions] == [best["run_id"]] and registered["promoted"] is True
     assert parents[0].data.tags["dltrain.best_run_id"] == best["run_id"]
     assert "STOPPED EARLY" in searched["logs"][0]
@@ -142,8 +184,7 @@ def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(s
     tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
     parents, children = _child_runs(tracking, "dltrain_digits_search")
     assert len(parents) == 1 and len(children) == 6
-    versions = tracking.client().search_model_versions("name='dltrain_digits_search'")
-    assert len(versions) == 1
+    assert len(_versions(tracking, DS)) == 1
     assert searched["logs"][2].count("not training again") == 6
 
 
@@ -165,3 +206,50 @@ def test_ablation_over_four_components_reports_each_components_effect(searched):
     outcome = run_outcome("dltrain_ablation", DS, searched["env"])
     assert outcome["xcom"]["report"]["params"]["ablate"] in (None, "conv1", "conv2", "pool", "hidden")
     assert "Ablation report" in searched["logs"][1] and "| hidden |" in searched["logs"][1]
+
+
+def _study(paths):
+    import optuna
+
+    storage = f"sqlite:///{Path(paths.mlflow_uri().split('sqlite:///', 1)[1]).parent / 'optuna.db'}"
+    (summary,) = optuna.get_all_study_summaries(storage)
+    return optuna.load_study(study_name=summary.study_name, storage=storage)
+
+
+def test_a_tpe_study_runs_twelve_trials_two_at_a_time_prunes_laggards_and_registers_the_best(searched):
+    pytest.importorskip("optuna", reason="the optuna extra: pip install 'airflow-provider-dltrain[optuna]'")
+    from optuna.trial import TrialState
+
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    study = _study(searched["paths"])
+    assert len(study.trials) == 12 and {t.state for t in study.trials} <= {
+        TrialState.COMPLETE,
+        TrialState.PRUNED,
+    }
+    assert (
+        _most_at_once([(t.datetime_start.timestamp(), t.datetime_complete.timestamp()) for t in study.trials])
+        <= 2
+    )
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    assert pruned and all(max(t.intermediate_values) < 2 for t in pruned)  # stopped before epoch 3 of 3
+    assert len({t.params["lr"] for t in study.trials}) == 12  # asked one by one: no point drawn twice
+    assert searched["logs"][3].count("Optuna trial") >= 24  # each of the 12 tasks asked, then told
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    parents, children = _child_runs(tracking, "dltrain_digits_search", study=True)
+    assert len(parents) == 1 and len(children) == 12
+    assert sum(c.data.tags.get("dltrain.stopped_early") == "true" for c in children) == len(pruned)
+    xcom = searched["outcomes"][3].state["xcom"]
+    assert xcom["select_best"]["metrics"]["val_loss"] == pytest.approx(study.best_value)
+    assert xcom["register"]["version"] == int(_versions(tracking, DS_TPE)[0].version)
+
+
+def test_an_unchanged_study_rerun_asks_nothing_and_trains_nothing(searched):
+    pytest.importorskip("optuna")
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+
+    assert searched["logs"][4].count("not training again") == 12
+    assert len(_study(searched["paths"]).trials) == 12
+    tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
+    assert len(_child_runs(tracking, "dltrain_digits_search", study=True)[1]) == 12
+    assert len(_versions(tracking, DS_TPE)) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -9,8 +10,8 @@ from mlflow.entities import Metric
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.experiments import AshaRule, MedianStoppingRule, StoppingSpec, TrialStopper
-from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run
-from airflow_provider_dltrain.experiments.stopping import metric_histories
+from airflow_provider_dltrain.experiments.search_runs import RESULT_TAG, ensure_parent_run, reusable_trial
+from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG, metric_histories
 from airflow_provider_dltrain.registry.config import TrackingConfig
 
 
@@ -122,3 +123,27 @@ def test_asha_alone_at_a_rung_continues():
 def test_bad_stopping_specs_name_the_field(spec, field):
     with pytest.raises(InvalidSpecError, match=field):
         StoppingSpec.coerce(spec)
+
+
+def test_a_reexpanded_list_with_one_trial_removed_finds_every_other_trials_result(tracking):
+    parent, _ = ensure_parent_run(tracking, "reuse", uuid.uuid4().hex, run_name="search", tags={})
+    client = tracking.client()
+    exp = client.get_run(parent).info.experiment_id
+    for i, lr in enumerate([0.1, 0.01, 0.001]):
+        identity = {"dltrain.params_hash": f"lr={lr}", "dltrain.code_hash": "c"}
+        run = client.create_run(exp, tags={PARENT_TAG: parent, TRIAL_TAG: f"trial-0{i}", **identity})
+        result = {"run_id": run.info.run_id, "trial": f"trial-0{i}", "metrics": {"val_loss": lr}}
+        client.set_tag(run.info.run_id, RESULT_TAG, json.dumps(result))
+        client.set_terminated(run.info.run_id, "FINISHED")
+    # lr=0.1 removed: trial-00 is now lr=0.01 and trial-01 lr=0.001
+    for name, lr in [("trial-00", 0.01), ("trial-01", 0.001)]:
+        found = reusable_trial(
+            tracking, parent, name, {"dltrain.params_hash": f"lr={lr}", "dltrain.code_hash": "c"}
+        )
+        assert found is not None and found["metrics"]["val_loss"] == lr and found["trial"] == name
+    assert (
+        reusable_trial(
+            tracking, parent, "trial-00", {"dltrain.params_hash": "lr=7", "dltrain.code_hash": "c"}
+        )
+        is None
+    )
