@@ -67,6 +67,7 @@ class DateReport:
     runs: int = 0
     changes: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a pin read from a later version, and why
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +78,7 @@ class DateReport:
             "runs": self.runs,
             "changes": list(self.changes),
             "jobs": list(self.jobs),
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -89,6 +91,7 @@ class DateReport:
             runs=int(data.get("runs") or 0),
             changes=list(data.get("changes") or []),
             jobs=list(data.get("jobs") or []),
+            notes=list(data.get("notes") or []),
         )
 
 
@@ -111,6 +114,22 @@ class _Lookups:
             except Exception:  # a table since removed: nothing to say about its commits
                 self._indexes[uri] = None
         return self._indexes[uri]
+
+    def reresolved(self, ref: Mapping[str, Any]) -> str | None:
+        """Why a pinned version is read from a later one (its commit files are gone), or None."""
+        from airflow_provider_dltrain.lake.history_recovery import readable_from
+
+        try:
+            later = readable_from(str(ref["uri"]), int(ref["version"]), self.storage_options)
+        except Exception:  # the note is an explanation: never let it hide the verdict
+            return None
+        if later is None:
+            return None
+        return (
+            f"pin {ref['uri']} version {ref['version']} re-resolved: its commit files were removed by log "
+            f"retention, so its rows were read from version {later}, the oldest readable one (no commit in "
+            "between changed them)"
+        )
 
     def commit(self, uri: str, version: int) -> dict[str, Any] | None:
         """Commit ``version``'s info with its ``version`` (from the index: one read, log retention or not)."""
@@ -187,15 +206,7 @@ def explain(
     report = DateReport(dag_id, ds, "reproduced", run_id=newest.get("run_id"), runs=len(runs))
     run_id = str(newest.get("run_id") or "")
     tries = newest.get("tries") or {}
-    seen: set[tuple[str, int]] = set()
-    for task_id, value in sorted((newest.get("xcom") or {}).items()):
-        for ref in _delta_refs(value):
-            if (ref["uri"], ref["version"]) in seen:  # a later task passing the same version on
-                continue
-            seen.add((ref["uri"], ref["version"]))
-            change = _commit_change(look, dag_id, run_id, task_id, ref, tries)
-            if change:
-                report.changes.append(change)
+    _commits_and_pins(look, report, newest.get("xcom") or {}, run_id, tries)
     for task_id, value in sorted((newest.get("xcom") or {}).items()):
         run = look.trained_in(value, (tries.get(task_id) or {}).get("start"))
         if run is not None:
@@ -213,6 +224,24 @@ def explain(
     elif report.jobs:
         report.verdict = "recomputed"
     return report
+
+
+def _commits_and_pins(
+    look: _Lookups, report: DateReport, xcom: Mapping[str, Any], run_id: str, tries: Mapping[str, Any]
+) -> None:
+    """What each Delta version the run returned says: a commit it made (a change), a re-resolved pin (a note)."""
+    seen: set[tuple[str, int]] = set()
+    for task_id, value in sorted(xcom.items()):
+        for ref in _delta_refs(value):
+            if (ref["uri"], ref["version"]) in seen:  # a later task passing the same version on
+                continue
+            seen.add((ref["uri"], ref["version"]))
+            change = _commit_change(look, report.dag_id, run_id, task_id, ref, tries)
+            if change:
+                report.changes.append(change)
+            note = look.reresolved(ref)
+            if note:
+                report.notes.append(f"{task_id}: {note}")
 
 
 def _delta_refs(value: Any) -> Iterator[dict[str, Any]]:
@@ -357,6 +386,7 @@ def format_line(report: DateReport) -> list[str]:
     lines = [f"{report.ds}  {words} ({runs}: {report.run_id})"]
     lines += [f"    {c}" for c in report.changes]
     lines += [f"    submitted {j}" for j in report.jobs]
+    lines += [f"    note: {n}" for n in report.notes]
     return lines
 
 

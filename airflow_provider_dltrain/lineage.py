@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake.log import DeltaLog
+from airflow_provider_dltrain.lake.ref import millis_to_iso
 from airflow_provider_dltrain.lake.storage import StorageOptions, normalize_uri
 
 # How lineage reaches each table it reads: a callable ``uri -> options`` or a mapping by table URI.
@@ -37,19 +38,20 @@ def _committed_by(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _commit(uri: str, version: int, storage_options: StorageOptions | None) -> dict[str, Any]:
-    log = DeltaLog(uri, storage_options)
-    info = log.commit_info(version)
-    partitions = sorted(
-        {
-            json.dumps(a["add"].get("partitionValues") or {}, sort_keys=True)
-            for a in log.commit_actions(version)
-            if "add" in a
-        }
-    )
+    """One commit: its info and the partitions it added files to, from the table's history index (the
+    commit file, or the copy kept beside the log once log retention removed it)."""
+    from airflow_provider_dltrain.lake import history_index
+
+    index = history_index.load(uri, storage_options)
+    record = index.record(version) if index is not None else None
+    if index is None or record is None:
+        raise TableNotFoundError(f"{uri} has no version {version} in its log or its history index")
+    info = record["info"]
+    partitions = sorted({json.dumps(p, sort_keys=True) for p in index.added_partitions(version)})
     return {
-        "uri": log.uri,
+        "uri": index.uri,
         "version": version,
-        "timestamp": log.ref(version).timestamp,
+        "timestamp": millis_to_iso(info.get("timestamp")),
         "operation": info.get("operation"),
         "partitions": [json.loads(p) for p in partitions],
         "committed_by": _committed_by(info),
@@ -148,7 +150,10 @@ def lineage(
         raise TableNotFoundError(f"no Delta table at {table_uri}")
     version = newest if version is None else version
     prediction = _commit(table_uri, version, options(table_uri))
-    info = log.commit_info(version)
+    from airflow_provider_dltrain.lake import history_index
+
+    index = history_index.load(table_uri, options(table_uri))
+    info = index.info(version) if index is not None else {}
     chain: dict[str, Any] = {"prediction": prediction}
     name, model_version = info.get("dltrain.model_name"), info.get("dltrain.model_version")
     if name and model_version:

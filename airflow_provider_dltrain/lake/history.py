@@ -202,7 +202,11 @@ def cutoff_commit(
 def _live_partitions(uri: str, version: int, storage_options: StorageOptions | None) -> list[PartitionValues]:
     from airflow_provider_dltrain.lake.table import open_table
 
-    return [dict(p) for p in open_table(uri, version, storage_options).partitions()]
+    try:
+        return [dict(p) for p in open_table(uri, version, storage_options).partitions()]
+    except TableNotFoundError:  # the version's log is gone: the index knows which partitions held rows
+        index = _index(uri, None, storage_options)
+        return [dict(key) for key in index.live_at(version)]
 
 
 def _lineage(values: PartitionValues, write: Write) -> dict[str, Any]:

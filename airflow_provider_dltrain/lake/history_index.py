@@ -198,6 +198,21 @@ class HistoryIndex:
     def keys(self) -> list[Key]:
         return list(self.writes)
 
+    def live_at(self, version: int) -> list[Key]:
+        """Partitions holding rows at ``version``: written by then and not last emptied (a write of
+        another tool counts as leaving rows)."""
+        out = []
+        for key in self.writes:
+            write = self.last_data_write(key, version)
+            if write is not None and (write.digest is not None or not write.content_known):
+                out.append(key)
+        return out
+
+    def added_partitions(self, version: int) -> list[dict[str, Any]]:
+        """Partition values of the files commit ``version`` added (empty when its record is gone)."""
+        record = self.record(version) or {}
+        return [dict(p["values"]) for p in record.get("partitions") or [] if p.get("added", True)]
+
     # -- commit records -------------------------------------------------------------------------
     def record(self, version: int) -> dict[str, Any] | None:
         """``{"version", "timestamp", "info", "rows"}`` of a commit: its record, else its log file."""
@@ -359,8 +374,12 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
         if not body:
             continue
         values = dict(body.get("partitionValues") or {})
-        entry = parts.setdefault(key_of(values), {"values": values, "rows": 0, "change": False})
+        entry = parts.setdefault(
+            key_of(values), {"values": values, "rows": 0, "change": False, "added": False}
+        )
         entry["change"] = entry["change"] or body.get("dataChange", True) is not False
+        if "add" in action:
+            entry["added"] = True
         if "add" in action and entry["rows"] is not None:
             try:
                 entry["rows"] += int(json.loads(action["add"].get("stats") or "{}")["numRecords"])

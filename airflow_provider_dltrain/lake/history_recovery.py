@@ -95,6 +95,18 @@ def _oldest_readable(log: DeltaLog, version: int, newest: int) -> int | None:
     return first
 
 
+def readable_from(uri: str, version: int, storage_options: StorageOptions | None = None) -> int | None:
+    """The version ``version`` is read from when its own log is gone (the oldest readable one), or
+    None when it can be read as it is. Probes the log only: a few existence checks."""
+    log = DeltaLog(uri, storage_options)
+    if log.commit_exists(version):
+        return None
+    newest = log.latest_version()
+    if newest is None or version > newest:
+        return None
+    return _oldest_readable(log, version, newest)
+
+
 def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters: Any) -> Any:
     """A ``DeltaTable`` that gives exactly the rows ``ref``'s version gives a reader selecting ``filters``.
 

@@ -16,6 +16,7 @@ from datetime import date, timedelta
 import pytest
 
 from airflow_provider_dltrain import lake
+from airflow_provider_dltrain.exceptions import TableNotFoundError
 
 pytestmark = pytest.mark.slow
 
@@ -229,6 +230,38 @@ def test_backfill_of_d3_reproduces_the_nightly_answer_and_trains_nothing(demo):
     assert demo.live() == demo.nightly["live"]
     assert demo.champions() == demo.nightly["champions"]
     assert demo.versions() == demo.nightly["versions"]
+
+
+def _cut_logs(uri):
+    """What delta-rs's log clean-up does to a table with Delta's default retention once it checkpoints:
+    every commit file before the newest checkpoint is gone."""
+    table = lake.open_table(uri)
+    table.create_checkpoint()
+    removed = 0
+    for version in range(table.version()):
+        path = os.path.join(uri, "_delta_log", f"{version:020d}.json")
+        if os.path.exists(path):
+            os.remove(path)
+            removed += 1
+    return removed
+
+
+def test_a_backfill_after_log_retention_removed_the_nightly_commits_still_reproduces(demo):
+    tables = _tables(demo)
+    for uri in (demo.digits, demo.digits + "_quarantine", demo.predictions):
+        assert _cut_logs(uri) > 0
+    with pytest.raises(TableNotFoundError):
+        lake.open_table(demo.digits, demo.nightly["pins"][D2])  # delta-rs alone cannot read the pin any more
+    (outcome,) = demo.run([("dltrain_retrain", D2, {"hparams": FAST})])
+    state = demo.outcome("dltrain_retrain", D2)
+    assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
+    assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]
+    assert state["xcom"]["score"]["skipped"] is True
+    assert state["xcom"]["score"]["version"] == demo.nightly["score_versions"][D2]
+    assert state["report"]["verdict"] == "reproduced", state["report"]
+    assert _tables(demo) == tables
+    assert _rows(demo.predictions, D2) == demo.nightly["rows"][D2]
+    assert demo.champions() == demo.nightly["champions"]
 
 
 def _restate_d2(demo):

@@ -29,6 +29,7 @@ DAY0 = date(2026, 1, 1)
 DELTA_DEFAULTS = {
     "delta.logRetentionDuration": "interval 30 days",
     "delta.deletedFileRetentionDuration": "interval 7 days",
+    "delta.checkpointInterval": "100",
 }
 
 
