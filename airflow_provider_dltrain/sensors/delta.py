@@ -24,10 +24,14 @@ PINS = ("newest", "partition_commit", "cutoff")
 _PARTITION_PINS = ("partition_commit", "cutoff")  # pins computed from the partition condition
 # The shortest interval ``mode="reschedule"`` is used with; a shorter one waits in ``poke`` mode. A
 # reschedule keeps the try number, so the next poke runs under the same task-instance key as the one
-# that just exited. Once it is queued before the scheduler has processed the executor's "success" for
-# the exit (seconds on a busy machine), the executor forgets the key and the scheduler finds the new
-# poke "running" with that try: it fails the sensor ("Executor LocalExecutor reported that the task
-# instance ... finished with state success, but the task instance's state attribute is running").
+# that just exited. When the scheduler queues that next poke before it has read the executor's
+# "success" for the exit (the worker reports ``up_for_reschedule`` before its process has exited, and
+# a 1 s reschedule is due at once), that late event finds the task instance queued or running with the
+# same try, and the executor no longer holds the key (the new poke's own "running" event removed it):
+# the scheduler takes the task for killed externally and fails it ("Executor LocalExecutor reported that
+# the task instance ... finished with state success, but the task instance's state attribute is
+# running"). Airflow's race (apache/airflow#71172, open in 3.3), reproduced with a plain
+# BaseSensorOperator at poke_interval=1: failed within 40 s. Poke mode never re-queues the try.
 RESCHEDULE_MIN_INTERVAL = 30.0
 
 
@@ -101,9 +105,10 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             )
         check_partition(partition, rendered=False)  # a literal bad value: refused while the DAG is parsed
         poke_interval = kwargs.pop("poke_interval", poll_interval)
-        if kwargs.get("mode") == "reschedule" and float(poke_interval) < RESCHEDULE_MIN_INTERVAL:
-            kwargs["mode"] = "poke"  # see RESCHEDULE_MIN_INTERVAL
         super().__init__(poke_interval=poke_interval, **kwargs)
+        # after the base class: ``mode`` may come from default_args, the interval as a timedelta
+        if self.mode == "reschedule" and self.poke_interval < RESCHEDULE_MIN_INTERVAL:
+            self.mode = "poke"  # see RESCHEDULE_MIN_INTERVAL
         self.table_uri = table_uri
         self.min_version = min_version
         self.partition = partition
