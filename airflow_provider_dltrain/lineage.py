@@ -101,31 +101,11 @@ def _training_partitions(
     ]
 
 
-_COMPARE = {
-    "=": lambda a, b: a == b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "in": lambda a, b: a in [str(v) for v in b],
-    "not in": lambda a, b: a not in [str(v) for v in b],
-}
-
-
 def _selected(partition: dict[str, Any], data_filter: Any) -> bool:
     """Whether a partition can hold rows of the (DNF) training filter; only partition columns decide."""
-    if not data_filter:
-        return True
-    for conj in data_filter:
-        if all(
-            column not in partition
-            or _COMPARE[op](str(partition[column]), value if op.endswith("in") else str(value))
-            for column, op, value in conj
-        ):
-            return True
-    return False
+    from airflow_provider_dltrain.lake.history_recovery import may_select
+
+    return may_select(partition, data_filter)
 
 
 def lineage(

@@ -15,16 +15,11 @@ minutes (goal <= 1). ``DLTRAIN_BENCH_HISTORY_NIGHTS`` shortens the year (days 10
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from benchmarks.history_year import Year, generate, rerun
@@ -47,56 +42,9 @@ def _cost(year: Year, day: int) -> float:
     return statistics.median(times)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _moto(recording: str) -> Iterator[str]:
-    port = _free_port()
-    env = dict(os.environ, MOTO_RECORDER_FILEPATH=recording)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "airflow_provider_dltrain.testing.moto_server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _requests(endpoint: str, year: Year, day: int) -> int:
+def _requests(s3: Any, year: Year, day: int) -> int:
     """Storage requests one unchanged re-run of ``day`` makes, counted by the server."""
-    import urllib.request
-
-    def call(path: str, method: str = "POST") -> str:
-        with urllib.request.urlopen(urllib.request.Request(endpoint + path, method=method)) as response:
-            return response.read().decode()
-
-    call("/moto-api/recorder/reset-recording")
-    call("/moto-api/recorder/start-recording")
-    rerun(year, day)
-    call("/moto-api/recorder/stop-recording")
-    return sum(
-        1 for line in call("/moto-api/recorder/download-recording", "GET").splitlines() if line.strip()
-    )
+    return len(s3.requests(lambda: rerun(year, day)))
 
 
 def _local(nights: int) -> tuple[list[dict[str, Any]], float]:
@@ -116,36 +64,18 @@ def _local(nights: int) -> tuple[list[dict[str, Any]], float]:
 
 
 def _s3(nights: int) -> list[dict[str, Any]]:
-    import boto3
+    from airflow_provider_dltrain.testing.s3_recorder import recording_s3
 
-    from airflow_provider_dltrain.lake.storage import s3_storage_options
-
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-history-s3-") as home,
-        _moto(os.path.join(home, "rec")) as url,
-    ):
-        boto3.client(
-            "s3",
-            endpoint_url=url,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket="year")
-        options = s3_storage_options(
-            access_key="testing",
-            secret_key="testing",
-            region="us-east-1",
-            endpoint_url=url,
-            allow_unsafe_rename=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="bench-history-s3-") as home, recording_s3(home) as s3:
+        s3.create_bucket("year")
         year = generate(
             "s3://year/lake",
             os.path.join(home, "landing"),
             nights,
-            storage_options=options,
+            storage_options=s3.storage_options,
             progress=lambda m: print(f"   s3 {m}", flush=True),
         )
-        early_n, late_n = _requests(url, year, 10), _requests(url, year, nights - 5)
+        early_n, late_n = _requests(s3, year, 10), _requests(s3, year, nights - 5)
         early, late = _cost(year, 10), _cost(year, nights - 5)
         print(f"   s3 generator: {year.seconds:.0f}s for {nights} nights", flush=True)
         return [
