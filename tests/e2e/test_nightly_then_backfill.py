@@ -253,6 +253,7 @@ def test_a_backfill_after_log_retention_removed_the_nightly_commits_still_reprod
     with pytest.raises(TableNotFoundError):
         lake.open_table(demo.digits, demo.nightly["pins"][D2])  # delta-rs alone cannot read the pin any more
     (outcome,) = demo.run([("dltrain_retrain", D2, {"hparams": FAST})])
+    assert "no Spark session or job started" in _read(outcome.log_path)  # decided from the history index
     state = demo.outcome("dltrain_retrain", D2)
     assert state["tasks"]["train"] == "skipped" and state["tasks"]["register"] == "skipped"
     assert state["xcom"]["wait_for_partition"]["version"] == demo.nightly["pins"][D2]
