@@ -35,6 +35,7 @@ PRUNERS = ("median", "successive_halving", "hyperband", "none")
 SLOT_ATTR = "dltrain.slot"  # the expansion slot that asked this trial ("<run key>#<n>")
 RUN_ATTR = "dltrain.run"  # the Airflow DAG run that asked it
 CLAIM_ATTR = "dltrain.claim"  # a one-off token to find a trial added with given parameters
+CONN_PREFIX = "conn:"  # storage="conn:<conn_id>": an Airflow connection, resolved by the operators
 _SAMPLER_OPTIONS = {
     "tpe": {"seed", "constant_liar", "n_startup_trials", "multivariate", "n_ei_candidates"},
     "random": {"seed"},
@@ -81,8 +82,9 @@ class OptunaSearch:
         ``grid`` (every ``space`` entry a ``choice``) or ``cmaes`` (numeric spaces only).
     :param pruner: ``median``, ``successive_halving``, ``hyperband`` or ``none`` (default), judged on
         ``metric`` at each step the training function logs with ``ctx.log_metrics(..., step=...)``.
-    :param storage: an SQLAlchemy URL every worker reaches; default a SQLite file beside a SQLite
-        MLflow store. Not the Airflow metadata database itself: Optuna's migrations keep their own
+    :param storage: an SQLAlchemy URL every worker reaches, without a password (it travels in XCom),
+        or ``"conn:<conn_id>"``, an Airflow connection resolved when a task opens the study; default
+        a SQLite file beside a SQLite MLflow store. Not the Airflow metadata database itself: Optuna's migrations keep their own
         ``alembic_version`` table, which would collide with Airflow's (use another database or,
         on PostgreSQL, a schema: ``...?options=-csearch_path%3Doptuna``).
     """
@@ -122,6 +124,7 @@ class OptunaSearch:
             n_trials, dict(search.space), search.metric, search.mode, seed, sampler, pruner, search.storage
         )
         checked.distributions()  # every distribution checked before anything starts
+        _check_storage(checked.storage)
         if sampler["name"] == "grid":
             checked.grid()
         return checked
@@ -206,6 +209,22 @@ class OptunaSearch:
             "storage": storage,
             "study": study_name,
         }
+
+
+def _check_storage(storage: Any) -> None:
+    if storage is None or (isinstance(storage, str) and storage.startswith(CONN_PREFIX)):
+        return
+    if not isinstance(storage, str) or "://" not in storage:
+        raise InvalidSpecError(
+            f"search.optuna.storage must be an SQLAlchemy URL or 'conn:<conn_id>', got {storage!r:.100}"
+        )
+    from sqlalchemy.engine import make_url
+
+    if make_url(storage).password:
+        raise InvalidSpecError(
+            "search.optuna.storage carries a password, which would be stored in XCom and shown in the UI: "
+            "put it in an Airflow connection and give storage='conn:<conn_id>'"
+        )
 
 
 def make_pruner(spec: Mapping[str, Any]) -> Any:

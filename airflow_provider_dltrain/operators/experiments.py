@@ -169,7 +169,7 @@ class ExpandTrialsOperator(BaseOperator):
             tags={"dltrain.search": json.dumps(definition, default=str)[:5000], "dltrain.optuna_study": name},
         )
         run_key = str(info["run_id"])
-        planned = plan_trials(open_study(study, storage, name), study, run_key)
+        planned = plan_trials(open_study(study, storage_url(storage), name), study, run_key)
         known = sum(1 for p in planned if p.params is not None)
         self.log.info(
             "%s parent MLflow run %s; Optuna study %r in %s: %d trial(s) known by parameters, %d to ask "
@@ -198,6 +198,18 @@ class ExpandTrialsOperator(BaseOperator):
             }
             for i, p in enumerate(planned)
         ]
+
+
+def storage_url(storage: str) -> str:
+    """The study's SQLAlchemy URL: ``"conn:<conn_id>"`` resolved from that Airflow connection."""
+    from airflow_provider_dltrain.experiments.optuna_study import CONN_PREFIX
+
+    if not storage.startswith(CONN_PREFIX):
+        return storage
+    from airflow.sdk import BaseHook
+
+    uri = BaseHook.get_connection(storage[len(CONN_PREFIX) :]).get_uri()
+    return "postgresql://" + uri[len("postgres://") :] if uri.startswith("postgres://") else uri
 
 
 def _default_storage(tracking_uri: str | None) -> str:
@@ -235,11 +247,13 @@ class TrainTrialOperator(TrainModelOperator):
         with fail_fast_on_user_error():
             spec = trial["optuna"]
             search = optuna_study.OptunaSearch.coerce(spec["search"])
-            study = optuna_study.open_study(search, spec["storage"], spec["study"])
+            storage = storage_url(str(spec["storage"]))  # resolved here: never in XCom or the UI
+            study = optuna_study.open_study(search, storage, spec["study"])
             number, params, finished = optuna_study.claim_trial(
                 study, search, str(spec["run_key"]), slot=spec.get("slot"), params=spec.get("params")
             )
             stopping = trial.get("early_stopping")
+            stopping = {**stopping, "storage": storage} if stopping else None
             self.hparams = {**_hparams(self.hparams), **params}
             self.trial = {
                 **trial,

@@ -106,6 +106,7 @@ def test_the_median_pruner_prunes_a_trial_that_lags_at_the_same_step(storage):
         ({"sampler": "grid"}, "grid"),
         ({"n_trials": 0}, "n_trials"),
         ({"budget": 3}, "unknown keys"),
+        ({"storage": "postgresql://optuna:s3cret@db/optuna"}, "conn:<conn_id>"),  # no password in XCom
     ],
 )
 def test_bad_optuna_specs_name_the_field(change, message):
