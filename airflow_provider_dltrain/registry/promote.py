@@ -193,6 +193,12 @@ def register_and_promote(
             f"metric {gate.metric!r} is not in the training result's metrics {sorted(metrics)}: "
             f"set metric= to one of them or log {gate.metric!r} in the training function."
         )
+    missing = [s.metric for s in gate.secondary if metrics is not None and s.metric not in metrics]
+    if missing and evaluation is None:  # a re-scoring gate reads them from evaluate_fn's result
+        raise InvalidSpecError(
+            f"secondary metric(s) {missing} are not in the training result's metrics {sorted(metrics or {})}: "
+            "log them in the training function or drop them from the gate policy."
+        )
     if evaluation is not None:
         evaluation.function()
     cutoff = normalize_date(data_cutoff or _run_cutoff(client, run_id), "data_cutoff")

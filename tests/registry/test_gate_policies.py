@@ -164,3 +164,10 @@ def test_a_forged_policy_record_that_would_not_pass_is_not_trusted(tracking, tra
         "wine", "2", "dltrain.gate.champion_cutoff", "2026-11-09"
     )  # later than its own
     assert [mv.version for mv in champion_history(tracking, "wine")] == [1]
+
+
+def test_a_secondary_metric_the_run_did_not_log_is_refused_before_anything_is_registered(tracking, train):
+    gate = GateSpec(ACC, "max", secondary=[{"metric": "val_f1", "role": "no_regress"}])
+    with pytest.raises(InvalidSpecError, match="val_f1"):
+        _promote(tracking, train("2026-11-01", {ACC: 0.9}), gate, "2026-11-01")
+    assert tracking.client().search_model_versions("name='wine'") == []
