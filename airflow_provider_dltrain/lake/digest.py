@@ -148,6 +148,8 @@ def digests_and_commits(
     version: int,
     partitions: Iterable[Mapping[str, object]],
     storage_options: StorageOptions | None = None,
+    *,
+    live: bool = False,
 ) -> dict[str, tuple[str | None, int | None]]:
     """``{partition path: (digest, version of the commit that last wrote it)}``; the version is
     ``None`` when the partition has no rows or its last write is older than the retained log.
@@ -162,13 +164,19 @@ def digests_and_commits(
         spec = part.validate_partition(partition)
         specs[part.path_of(spec, sorted(spec))] = spec
     result: dict[str, tuple[str | None, int | None]] = {path: (None, None) for path in specs}
-    # a partition with no live file needs no walk: the walk for it would read the whole log
-    live = {path: spec for path, spec in specs.items() if has_partition(uri, version, spec, storage_options)}
+    # a partition with no live file has no digest; ``live``: the caller took them from the version's files
+    live_specs = (
+        dict(specs)
+        if live
+        else {
+            path: spec for path, spec in specs.items() if has_partition(uri, version, spec, storage_options)
+        }
+    )
     log = DeltaLog(uri, storage_options)
     writes = history.newest_writes(
-        log, version, [history.key_of(s) for s in live.values()], "partitions", stop_at_gap=True
+        log, version, [history.key_of(s) for s in live_specs.values()], "partitions", stop_at_gap=True
     )
-    for path, spec in live.items():
+    for path, spec in live_specs.items():
         commit = writes.get(history.key_of(spec))
         recorded = commit.info if commit is not None else {}
         digest = recorded.get(META_DIGEST)
@@ -196,10 +204,13 @@ def partition_digests(
     version: int,
     partitions: Iterable[Mapping[str, object]],
     storage_options: StorageOptions | None = None,
+    *,
+    live: bool = False,
 ) -> dict[str, str | None]:
-    """``{partition path ("ds=2026-11-24"): digest}`` for many partitions, one backward walk of the log.
+    """``{partition path ("ds=2026-11-24"): digest}`` for many partitions, from the history index.
 
-    A path names the partition's columns in name order.
+    A path names the partition's columns in name order. ``live``: every partition has files at
+    ``version`` (the caller listed them), so none is checked.
     """
-    found = digests_and_commits(uri, version, partitions, storage_options)
+    found = digests_and_commits(uri, version, partitions, storage_options, live=live)
     return {path: digest for path, (digest, _) in found.items()}

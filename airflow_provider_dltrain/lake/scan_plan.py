@@ -214,7 +214,7 @@ def _partition_groups(plan: ScanPlan) -> dict[str, tuple[DataFile, ...]]:
 
 
 def _recorded_digests(plan: ScanPlan, groups: dict[str, tuple[DataFile, ...]]) -> dict[str, str | None]:
-    """Digests of the partitions the lake API can name (one backward walk of the Delta log)."""
+    """Digests of the partitions the lake API can name (from the history index)."""
     from airflow_provider_dltrain.exceptions import InvalidPartitionError
     from airflow_provider_dltrain.lake import partition as part
     from airflow_provider_dltrain.lake.digest import partition_digests
@@ -229,7 +229,8 @@ def _recorded_digests(plan: ScanPlan, groups: dict[str, tuple[DataFile, ...]]) -
             specs[path] = spec
     if not specs:
         return {}
-    return partition_digests(plan.ref.uri, plan.ref.version, specs.values(), plan.storage_options)
+    # the partitions come from the version's files: live by construction, no log read to check it
+    return partition_digests(plan.ref.uri, plan.ref.version, specs.values(), plan.storage_options, live=True)
 
 
 def _files_digest(plan: ScanPlan, files: Sequence[DataFile]) -> str | None:
