@@ -64,7 +64,7 @@ def test_the_same_model_input_and_parameters_skip_with_the_version_that_holds_th
         "model_version": 2,
     }
     assert "model digits v2" in check.reason
-    assert f"input {source.uri} v{source.version} (1 file(s) in 1 partition(s))" in check.reason
+    assert f"input {source.uri} v{source.version} (1 partition(s))" in check.reason
 
 
 @pytest.mark.parametrize(
