@@ -285,14 +285,12 @@ def rerun(year: Year, day: int) -> dict[str, Any]:
 
     Returns what it decided; raises when any stage would compute (the re-run must be unchanged).
     """
+    from airflow_provider_dltrain.engines.rerun_check import check_etl, check_score
+
     ds = year.ds(day)
-    etl = __import__("airflow_provider_dltrain.engines.rerun_check", fromlist=["check_etl"]).check_etl(
-        year.etl_spec(ds), lambda _uri: year.storage_options
-    )
+    etl = check_etl(year.etl_spec(ds), lambda _uri: year.storage_options)
     pinned = pin(year, day)
     fingerprint = training_identity(year, pinned, ds)
-    from airflow_provider_dltrain.engines.rerun_check import check_score
-
     scored = check_score(
         year.predictions, {"ds": ds}, year.score_params(ds), lambda _uri: year.storage_options
     )

@@ -128,7 +128,6 @@ class HistoryIndex:
     schema: str | None = None  # hash of the newest schema and partitioning seen
     configuration: dict[str, str] = field(default_factory=dict)  # the table's newest properties
     partition_types: dict[str, str] | None = None  # partition column -> Delta type, when known
-    timestamps: dict[int, int | None] = field(default_factory=dict)  # of versions caught up, not persisted
     stats: Stats = field(default_factory=Stats)
     _log: DeltaLog | None = None
     _records: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -194,9 +193,6 @@ class HistoryIndex:
     def metadata_changed(self, after: int, upto: int | None = None) -> bool:
         last = self.indexed if upto is None else upto
         return any(after < v <= last for v in self.metadata_versions)
-
-    def keys(self) -> list[Key]:
-        return list(self.writes)
 
     def live_at(self, version: int) -> list[Key]:
         """Partitions holding rows at ``version``: written by then and not last emptied (a write of
@@ -288,7 +284,6 @@ class HistoryIndex:
             # a property change (retention, say) keeps the schema and partitioning: not a change of shape
             self.metadata_versions.append(version)
             self.schema = shape
-        self.timestamps[version] = timestamp
         self.indexed = max(self.indexed, version)
 
     def to_json(self) -> dict[str, Any]:
@@ -329,18 +324,14 @@ def _record_path(version: int) -> str:
 HEAD = f"{INDEX_DIR}/head.json"
 
 
-def _root(log: DeltaLog) -> str:
-    return log._root
-
-
 def _read(log: DeltaLog, rel: str) -> str | None:
-    return log._read_text(join(_root(log), rel))
+    return log.read_beside(rel)
 
 
 def _write(log: DeltaLog, rel: str, text: str) -> None:
     """Write ``rel`` under the table root atomically (a rename locally, one PUT on S3)."""
-    fs = log._fs
-    path = join(_root(log), rel)
+    fs, root = log.filesystem
+    path = join(root, rel)
     if is_remote(log.uri):  # no directory markers on S3: a key is enough
         with fs.open_output_stream(path) as out:
             out.write(text.encode("utf-8"))
@@ -448,7 +439,6 @@ def _infer_snapshot(
     for key in set(live) | set(index.writes):
         index._add(key, Write(version, timestamp, None, INFERRED | FILES))
     index.floor = version
-    index.timestamps[version] = timestamp
     index.indexed = version
 
 

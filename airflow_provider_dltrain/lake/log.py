@@ -95,6 +95,15 @@ class DeltaLog:
         except (FileNotFoundError, OSError):
             return None
 
+    def read_beside(self, rel: str) -> str | None:
+        """A text file under the table root (not in the log), or None when there is none."""
+        return self._read_text(join(self._root, rel))
+
+    @property
+    def filesystem(self) -> tuple[Any, str]:
+        """The pyarrow filesystem and the table root's path in it."""
+        return self._fs, self._root
+
     def commit_exists(self, version: int) -> bool:
         return self._exists(self._commit_path(version))
 
