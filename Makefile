@@ -44,7 +44,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints
+.PHONY: install demo test test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -175,6 +175,16 @@ lint: install
 	$(VENV)/bin/ruff check airflow_provider_dltrain dags tests benchmarks
 	$(VENV)/bin/ruff format --check airflow_provider_dltrain dags tests benchmarks
 	$(VENV)/bin/mypy airflow_provider_dltrain
+
+# The wheel and the sdist of the provider, in dist/ (uv build, pinned in the dev extra): what a user
+# installs into an environment of their own (see docs/install.md).
+dist: install
+	rm -rf dist
+	$(VENV)/bin/uv build --python $(PY) --out-dir dist
+
+# The documentation site (mkdocs.yml, docs/) in site/; --strict: a broken link or reference fails.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Regenerate the exact versions every install uses (run after changing dependencies).
 constraints: install
