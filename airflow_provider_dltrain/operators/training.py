@@ -311,10 +311,13 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     ) -> str | None:
         """A version with identical inputs for this cut-off whose gate already decided: retraining
         would rebuild the same model and register a duplicate, so skip and say which one it was."""
-        client = tracking.client()
-        for mv in client.search_model_versions(f"name='{name}'"):
-            tags = dict(mv.tags or {})
-            if tags.get("dltrain.data_cutoff") != cutoff or not tags.get("dltrain.gate.decision"):
+        from airflow_provider_dltrain.registry.client import search_versions
+
+        # the versions registered for this cut-off only: one search, whatever the registry's history
+        wanted = f"name = '{name}' and tags.`dltrain.data_cutoff` = '{cutoff}'"
+        for mv in search_versions(tracking.client(), wanted):
+            tags = mv.tags
+            if not tags.get("dltrain.gate.decision"):
                 continue
             if all(tags.get(key) == identity[key] for key in keys):
                 current = f"v{champion.version}" if champion is not None else "none"

@@ -180,14 +180,83 @@ def champion_as_of(
 
     :param date: ``YYYY-MM-DD`` (or a date/datetime): the data cut-off to answer for.
     :param exclude_version: ignore this version (the candidate being gated).
+
+    Cost flat in the registry's history: the versions promoted for cut-offs in ``date``'s month are
+    asked for (one search by the ``<alias>_from`` tag's month prefix), then the month before, up to
+    :data:`MONTHS_BACK` months; only when none of those months holds a promotion at or before
+    ``date`` is the whole history read (a registry that promoted nothing for months is small).
     """
+    client = mlflow_client(tracking)
+    check_name(model_name, "model_name")
     day = normalize_date(date, "date")
-    eligible = [
-        mv
-        for mv in champion_history(tracking, model_name, alias)
-        if mv.version != exclude_version and (mv.champion_key(alias) or ("",))[0] <= day
-    ]
-    return eligible[-1] if eligible else None
+    from_tag, _ = history_tags(check_alias(alias, "alias"))
+    month = day[:7]
+    for _ in range(MONTHS_BACK):
+        found = search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` LIKE '{month}-%'")
+        best = _latest_trusted(found, alias, day, exclude_version)
+        if best is not None:
+            return best
+        month = _month_before(month)
+    return _latest_trusted(_tagged(client, model_name, from_tag), alias, day, exclude_version)
+
+
+# How many months a champion lookup asks for one by one before it reads the whole history.
+MONTHS_BACK = 3
+
+
+def _tagged(client: Any, model_name: str, from_tag: str) -> list[ModelVersionInfo]:
+    return search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` != ''")
+
+
+def _latest_trusted(
+    versions: list[ModelVersionInfo], alias: str, day: str, exclude_version: int | None
+) -> ModelVersionInfo | None:
+    """The trusted promotion with the greatest key whose cut-off is at or before ``day``."""
+    best: tuple[Any, ModelVersionInfo] | None = None
+    for mv in versions:
+        key = mv.champion_key(alias)
+        if key is None or mv.version == exclude_version or key[0] > day:
+            continue
+        if best is not None and key <= best[0]:
+            continue
+        if _trusted(mv, alias, key):
+            best = (key, mv)
+    return best[1] if best else None
+
+
+def _trusted(mv: ModelVersionInfo, alias: str, key: Any) -> bool:
+    problem = gate_promotion_problem(mv, alias)
+    if problem is not None:
+        log.warning(
+            "Ignoring %s v%s as %r from %s: %s. Only promotions recorded by the dltrain gate count.",
+            mv.name,
+            mv.version,
+            alias,
+            key[0],
+            problem,
+        )
+    return problem is None
+
+
+def _month_before(month: str) -> str:
+    year, number = int(month[:4]), int(month[5:7])
+    return f"{year - 1:04d}-12" if number == 1 else f"{year:04d}-{number - 1:02d}"
+
+
+def newest_promotion(tracking: Any, model_name: str, alias: str, not_before: str) -> ModelVersionInfo | None:
+    """The promotion with the greatest key: the champion as of the later of today and ``not_before``."""
+    import datetime as dt
+
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    return champion_as_of(tracking, model_name, max(today, not_before), alias)
+
+
+def has_history(tracking: Any, model_name: str, alias: str = DEFAULT_ALIAS) -> bool:
+    """Whether any version carries ``alias``'s promotion tags (one search, one result)."""
+    client = mlflow_client(tracking)
+    from_tag, _ = history_tags(check_alias(alias, "alias"))
+    page = client.search_model_versions(f"name = '{model_name}' and tags.`{from_tag}` != ''", max_results=1)
+    return bool(list(page))
 
 
 def settle_alias(
@@ -201,10 +270,15 @@ def settle_alias(
     promotion with a greater key appeared, the alias is handed to it.
     """
     client = mlflow_client(tracking)
-    history = champion_history(client, model_name, alias)
-    if not history or history[-1].version != candidate.version:
+    cand_key = candidate.champion_key(alias)
+    if cand_key is None:
         return alias_holder(client, model_name, alias)
     live = alias_holder(client, model_name, alias)
+    if live is not None and live.version != candidate.version and _is_newer(live, candidate, alias):
+        return live  # a backfilled promotion of an older cut-off: the live alias stays
+    newest = newest_promotion(client, model_name, alias, cand_key[0])
+    if newest is None or newest.version != candidate.version:
+        return live
     if live is not None and live.version != candidate.version and _is_newer(live, candidate, alias):
         log.info(
             "Alias %r stays on %s v%s: its cut-off is newer than v%s's.",
@@ -216,15 +290,15 @@ def settle_alias(
         return live
     if live is None or live.version != candidate.version:
         client.set_registered_model_alias(model_name, alias, str(candidate.version))
-    after = champion_history(client, model_name, alias)
-    if after and after[-1].version != candidate.version:
+    after = newest_promotion(client, model_name, alias, cand_key[0])
+    if after is not None and after.version != candidate.version:
         log.warning(
             "A concurrent promotion of %s v%s is newer; handing alias %r to it.",
             model_name,
-            after[-1].version,
+            after.version,
             alias,
         )
-        client.set_registered_model_alias(model_name, alias, str(after[-1].version))
+        client.set_registered_model_alias(model_name, alias, str(after.version))
     return alias_holder(client, model_name, alias)
 
 

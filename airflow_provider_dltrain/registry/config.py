@@ -46,9 +46,6 @@ def strip_userinfo(uri: str | None) -> str | None:
     return _USERINFO.sub("", uri) if uri else uri
 
 
-CREDENTIAL_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
-
-
 @dataclass(frozen=True)
 class TrackingConfig:
     """MLflow tracking/registry location plus the credentials MLflow reads from environment variables.

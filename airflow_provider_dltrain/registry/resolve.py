@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.champion_history import champion_as_of, champion_history
+from airflow_provider_dltrain.registry.champion_history import champion_as_of, has_history
 from airflow_provider_dltrain.registry.client import (
     alias_holder,
     check_alias,
@@ -92,7 +92,7 @@ def _resolve_mapping(client: Any, spec: Mapping[str, Any], as_of: Any) -> Resolv
     if spec.get("version") is not None:
         return _resolved(get_version(client, name, _version_number(spec["version"])))
     if as_of is not None:
-        if champion_history(client, name, alias):
+        if has_history(client, name, alias):
             return _resolved(_champion(client, name, as_of, alias))
         log.warning("%s has no recorded %r history; using the live alias for as_of=%s.", name, alias, as_of)
     return _resolved(_live(client, name, alias))
