@@ -4,7 +4,7 @@
 EMR, EMR Serverless, SageMaker and EC2 on 127.0.0.1 and really runs what is submitted: Glue job
 runs, EMR steps, EMR Serverless job runs, SageMaker training jobs and EC2 user data run as local
 processes. It creates the ``--bucket`` and ``--emr-serverless-app`` given, prints the Airflow ``aws``
-connection to use, then one line ``READY http://127.0.0.1:<port>`` on stdout, and serves until
+connection and the ``export AWS_...`` lines to use (also written to ``--env-file``), then one line ``READY http://127.0.0.1:<port>`` on stdout, and serves until
 SIGTERM/SIGINT; then it kills every job it started and exits 0. Everything after READY goes to
 stderr, so a parent may stop reading stdout there.
 
@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -101,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--instance",
         help="with --images: the label value of every container and network this fake creates (default: random)",
+    )
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="PATH",
+        help="also write the export lines (AIRFLOW_CONN_AWS and the AWS_* variables) to this file, to "
+        "source in a shell, a notebook or a Ray node's start script",
     )
     parser.add_argument("--verbose", action="store_true", help="log every job start and end to stderr")
 
@@ -214,7 +222,7 @@ def serve(args: argparse.Namespace) -> int:
         executor.stop()
         server.stop()
         return 2
-    _print_connection(endpoint, args.bucket, apps, credentials[0])
+    _print_connection(endpoint, args.bucket, apps, credentials[0], args.env_file)
     # Nothing else belongs on stdout: a parent that stopped reading it must never block us.
     sys.stdout = sys.stderr
     print("serving; Ctrl-C or SIGTERM stops the fake AWS and every job it started", flush=True)
@@ -253,7 +261,21 @@ def _create_resources(
     return created
 
 
-def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str], access_key: str) -> None:
+def client_exports(endpoint: str, access_key: str) -> list[str]:
+    """``export NAME=value`` lines that point a shell, a notebook or a Ray node (boto3, delta-rs,
+    Airflow's ``aws`` connection) at the fake. A secret of the operator's own is never among them."""
+    from airflow_provider_dltrain.testing.fake_aws_process import client_env
+
+    env = client_env(endpoint)
+    if access_key != DEFAULT_KEY:
+        env = {k: v for k, v in env.items() if k not in ("AWS_SECRET_ACCESS_KEY", "AIRFLOW_CONN_AWS")}
+        env["AWS_ACCESS_KEY_ID"] = access_key
+    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+
+
+def _print_connection(
+    endpoint: str, buckets: list[str], apps: dict[str, str], access_key: str, env_file: Path | None = None
+) -> None:
     """What to use, then the READY line, in one write (a reader that stops at READY has it all)."""
     from airflow_provider_dltrain.testing.fake_aws_process import (
         CONN_ID,
@@ -270,10 +292,16 @@ def _print_connection(endpoint: str, buckets: list[str], apps: dict[str, str], a
         lines += [
             f"Airflow connection {CONN_ID!r} (URI): {connection_uri(endpoint)}",
             f"Airflow connection {CONN_ID!r} (JSON): {connection_json(endpoint)}",
-            f"export AIRFLOW_CONN_{CONN_ID.upper()}='{connection_json(endpoint)}'",
         ]
     else:  # the secret is the operator's: never printed
         lines += [f"credentials: access key id {access_key!r} and the secret of {SECRET_KEY_ENV}"]
+    exports = client_exports(endpoint, access_key)
+    lines += ["# for Airflow, a shell, a notebook or a Ray node (boto3, delta-rs):", *exports]
+    if env_file is not None:
+        env_file.parent.mkdir(parents=True, exist_ok=True)
+        env_file.write_text("\n".join(exports) + "\n")
+        env_file.chmod(0o600)
+        lines += [f"# the export lines are also in {env_file}: source it"]
     lines += [f"READY {endpoint}"]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()

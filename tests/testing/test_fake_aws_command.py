@@ -27,6 +27,9 @@ time.sleep(600)
 """
 
 
+LIST_BUCKETS = "import boto3; print(*[b['Name'] for b in boto3.client('s3').list_buckets()['Buckets']])"
+
+
 def _dltrain_fake_aws(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
     cmd = [sys.executable, "-m", "airflow_provider_dltrain", "fake-aws", *args]
@@ -53,8 +56,10 @@ def _wait(done, timeout: float = 30.0, what: str = "") -> None:
 def test_the_command_creates_buckets_and_apps_prints_the_connection_and_stops_its_jobs_on_ctrl_c(tmp_path):
     from airflow.models.connection import Connection
 
-    pids = tmp_path / "jobs.txt"
-    proc = _dltrain_fake_aws("--bucket", "my-lake", "--emr-serverless-app", "spark", "--pid-file", str(pids))
+    pids, env_file = tmp_path / "jobs.txt", tmp_path / "fake-aws.env"
+    proc = _dltrain_fake_aws(
+        "--bucket", "my-lake", "--emr-serverless-app", "spark", "--pid-file", str(pids), "--env-file", str(env_file)
+    )  # fmt: skip
     try:
         lines = _lines_until_ready(proc)
         endpoint = lines[-1].split()[1]
@@ -69,6 +74,17 @@ def test_the_command_creates_buckets_and_apps_prints_the_connection_and_stops_it
         (uri_line,) = [line for line in lines if line.startswith("Airflow connection 'aws' (URI): ")]
         parsed = Connection(conn_id="aws", uri=uri_line.split(": ", 1)[1])
         assert (parsed.conn_type, parsed.login, parsed.extra_dejson) == ("aws", "testing", conn["extra"])
+        # the AWS_* exports, printed and in --env-file: a shell, notebook or Ray node that sources the
+        # file alone (no profile, no endpoint of its own) reaches the fake with boto3
+        exports = [line for line in lines if line.startswith("export ")]
+        assert env_file.read_text().splitlines() == exports
+        assert f"export AWS_ENDPOINT_URL={endpoint}" in exports and "export AWS_REGION=us-east-1" in exports
+        bare = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        listed = subprocess.run(
+            ["bash", "-c", f'set -a; . {env_file}; exec {sys.executable} -c "{LIST_BUCKETS}"'],
+            env=bare, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert listed.stdout.split() == ["my-lake"]
 
         # a Glue job that runs until it is stopped: Ctrl-C must stop it with the server
         s3, glue = client("s3", endpoint), client("glue", endpoint)
