@@ -7,6 +7,11 @@
   ``conn_uri``, ``conn_json``, ``env``, ``client(service)``, ``create_bucket(name)``,
   ``create_emr_serverless_app(name)`` (its id), ``leaks()``.
 * ``fake_aws_server`` (session): the same server without touching the environment.
+* ``ray_cluster`` (per test module): a 2-node Ray cluster on 127.0.0.1 started with ``ray start``
+  (:func:`~airflow_provider_dltrain.testing.ray_cluster.local_ray_cluster`); its nodes get the
+  variables of the ``ray_cluster_env`` fixture (none by default; override it with
+  ``fake_aws_server.env`` for Ray workers that reach the fake AWS). At the end every process of the
+  cluster is stopped, Ray's client proxy included, and the teardown fails if one is left.
 
 At the end of the session the server is stopped, and the teardown fails if any job process it started
 (a Glue run, an EMR step, a training job…) is still alive. The server's log and each job's stdout and
@@ -24,6 +29,7 @@ import pytest
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.testing.fake_aws_process import FakeAws
+    from airflow_provider_dltrain.testing.ray_cluster import LocalRayCluster
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +52,19 @@ def fake_aws(fake_aws_server: FakeAws) -> Iterator[FakeAws]:
         for name, value in fake_aws_server.env.items():
             mp.setenv(name, value)
         yield fake_aws_server
+
+
+@pytest.fixture(scope="module")
+def ray_cluster_env() -> dict[str, str]:
+    """Variables the ``ray_cluster`` nodes (and so every Ray worker) get: override to add yours."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_cluster_env: dict[str, str]) -> Iterator[LocalRayCluster]:
+    """A 2-node, one-CPU-each Ray cluster on 127.0.0.1 for the module; none of its processes outlives it."""
+    pytest.importorskip("ray", reason="the ray extra starts the cluster")
+    from airflow_provider_dltrain.testing.ray_cluster import local_ray_cluster
+
+    with local_ray_cluster(nodes=2, env=ray_cluster_env) as cluster:
+        yield cluster

@@ -30,13 +30,36 @@ HPARAMS = {"epochs": 2, "batch_size": 16, "seed": 3}
 TRAIN_PROCESS_NAMES = ("ray::RayTrainWorker", "ray::TrainController")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from tests.support.ray_cluster import ray_cluster
+NODE_ENV = {"DLTRAIN_TEST_NODE_VARIABLE": "given"}  # as fake_aws_server.env would be, for S3 on the fake
+_CLUSTER_PIDS: list[int] = []
 
-    with ray_cluster(nodes=2) as running:
-        yield running
-    # ray_cluster's exit ended every process of the cluster and asserted that none is left
+
+@pytest.fixture(scope="module")
+def ray_cluster_env():
+    """The nodes' variables; torn down after the plugin's ``ray_cluster``, so it checks what that left."""
+    import psutil
+
+    yield NODE_ENV
+    left = []
+    for pid in _CLUSTER_PIDS:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    assert not left, f"processes of the Ray cluster outlived its fixture: {left}"
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_cluster):
+    """The plugin's 2-node cluster; its client proxy (re-parented to init) and the nodes' variables checked."""
+    procs = ray_cluster.processes()
+    commands = {p.pid: " ".join(p.cmdline()) for p in procs}
+    assert any("ray.util.client.server" in c for c in commands.values()), commands
+    (raylet, *_) = [p for p in procs if p.name() == "raylet"]
+    assert raylet.environ()["DLTRAIN_TEST_NODE_VARIABLE"] == "given"
+    _CLUSTER_PIDS.extend(commands)
+    yield ray_cluster
 
 
 @pytest.fixture(scope="module")
