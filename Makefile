@@ -171,10 +171,12 @@ test-images: dockerd horovod
 bench: install horovod
 	$(PY) -m benchmarks
 
+# lint-imports: the layer contracts of pyproject.toml ([tool.importlinter]): imports point down only.
 lint: install
 	$(VENV)/bin/ruff check airflow_provider_dltrain dags tests benchmarks
 	$(VENV)/bin/ruff format --check airflow_provider_dltrain dags tests benchmarks
 	$(VENV)/bin/mypy airflow_provider_dltrain
+	$(VENV)/bin/lint-imports --no-cache
 
 # The wheel and the sdist of the provider, in dist/ (uv build, pinned in the dev extra): what a user
 # installs into an environment of their own (see docs/install.md).
@@ -184,7 +186,7 @@ dist: install
 
 # The documentation site (mkdocs.yml, docs/) in site/; --strict: a broken link or reference fails.
 docs: install
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Regenerate the exact versions every install uses (run after changing dependencies).
 constraints: install

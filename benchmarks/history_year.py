@@ -140,7 +140,7 @@ def _land(year: Year, day: int) -> None:
 def ingest(year: Year, day: int) -> Any:
     """The ETL stage's decision and commits for night ``day`` (nothing when unchanged)."""
     from airflow_provider_dltrain import lake
-    from airflow_provider_dltrain.engines.rerun_check import check_etl
+    from airflow_provider_dltrain.jobs.rerun_check import check_etl
     from airflow_provider_dltrain.lake.pairing import META_ROWS_QUARANTINED, pairing_metadata
 
     ds, so = year.ds(day), year.storage_options
@@ -182,7 +182,7 @@ def score(year: Year, day: int) -> Any:
     import pyarrow.compute as pc
 
     from airflow_provider_dltrain import lake
-    from airflow_provider_dltrain.engines.rerun_check import check_score
+    from airflow_provider_dltrain.jobs.rerun_check import check_score
     from airflow_provider_dltrain.lake.reader import scan_version
 
     ds, so = year.ds(day), year.storage_options
@@ -285,7 +285,7 @@ def rerun(year: Year, day: int) -> dict[str, Any]:
 
     Returns what it decided; raises when any stage would compute (the re-run must be unchanged).
     """
-    from airflow_provider_dltrain.engines.rerun_check import check_etl, check_score
+    from airflow_provider_dltrain.jobs.rerun_check import check_etl, check_score
 
     ds = year.ds(day)
     etl = check_etl(year.etl_spec(ds), lambda _uri: year.storage_options)

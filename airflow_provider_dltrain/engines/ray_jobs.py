@@ -3,7 +3,7 @@
 The job's entry point is ``job_script.py --spec <uri>`` (the script every engine runs), started by
 the cluster's job supervisor on the head node; with ``DLTRAIN_ENGINE=ray`` in its environment it
 hands the :class:`~airflow_provider_dltrain.engines.train_spec.TrainJobSpec` to
-``engines.ray_driver``, which runs the same oblivious ``train(ctx)`` on ``num_workers`` Ray Train
+``jobs.ray_driver``, which runs the same oblivious ``train(ctx)`` on ``num_workers`` Ray Train
 workers under ``TorchTrainer`` (its process group, one rank per worker). The code travels as the
 job's ``working_dir`` (the provider and the training function's package, the code bundle every
 engine ships): Ray uploads it once per content to the cluster and puts it first on every worker's
@@ -183,7 +183,7 @@ class RayEngine(TrainingEngine):
 
     # -- request -----------------------------------------------------------------------------------
     def driver_options(self) -> dict[str, Any]:
-        """What ``engines.ray_driver`` builds ``TorchTrainer`` from (the job's ``DLTRAIN_RAY_TRAIN``)."""
+        """What ``jobs.ray_driver`` builds ``TorchTrainer`` from (the job's ``DLTRAIN_RAY_TRAIN``)."""
         return {
             "use_gpu": self.use_gpu,
             "resources_per_worker": self.resources_per_worker or None,

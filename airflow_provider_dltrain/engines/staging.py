@@ -3,7 +3,7 @@
 Layout under the staging URI (an ``s3://`` prefix, or a shared directory for ``spark_submit``)::
 
     code/<sha256>.zip           the provider package plus the user's transform module (pure Python)
-    code/job_script-<sha>.py    the script the service runs (``engines/job_script.py``)
+    code/job_script-<sha>.py    the script the service runs (``jobs/job_script.py``)
     runs/<task_key>/<try>/spec.json, result.json
 
 Bundles are content-addressed: staging the same code twice uploads nothing. The bundle holds only
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.resources
 import importlib.util
 import io
 import zipfile
@@ -116,8 +117,9 @@ class StagedResults:
 
 
 def job_script() -> bytes:
-    """The bytes of ``engines/job_script.py``: uploaded as the service's script, never imported here."""
-    return Path(__file__).with_name("job_script.py").read_bytes()
+    """The bytes of ``jobs/job_script.py``: uploaded as the service's script, never imported here."""
+    # read as package data, not imported: the adapters stay below what runs inside the job
+    return importlib.resources.files("airflow_provider_dltrain.jobs").joinpath("job_script.py").read_bytes()
 
 
 def _module_root(module: str) -> tuple[Path, str]:

@@ -10,7 +10,7 @@ The interface (stable; the SageMaker and EC2 engines are built on it):
   report back from ``runs/<task_key>/<try>/result.json``. Subclasses add submit/find/poll/cancel/
   teardown, and render how the service starts ``job_script.py --spec <uri> --code <uri>`` on every
   rank under torchrun (or mpirun): the same script the Spark engines run.
-- On each rank ``engines.entry`` sees ``"kind": "train"`` and calls ``engines.train_entry.run``:
+- On each rank ``jobs.entry`` sees ``"kind": "train"`` and calls ``jobs.train_entry.run``:
   it resolves the same version (and checks the content fingerprint), runs ``train(ctx)`` through
   ``training.rank_job.run_rank_job`` with torchrun's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables,
   and rank 0 writes its report (what the local backends return) to ``result_uri``.
@@ -36,7 +36,7 @@ from airflow_provider_dltrain.engines.base import JobFailedError, JobHandle, Sta
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS
+from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
 TRAIN_SPEC_VERSION = 1
 KIND = "train"
@@ -88,7 +88,7 @@ class TrainJobSpec:
             )
         if int(self.world_size) < 1:
             raise InvalidSpecError(f"world_size must be >= 1, got {self.world_size!r}")
-        from airflow_provider_dltrain.training.finite import check_mode
+        from airflow_provider_dltrain.utils.non_finite import check_mode
 
         check_mode(self.non_finite, "non_finite of the training job spec")
         if self.tracking_uri and "@" in self.tracking_uri.split("://", 1)[-1].split("/", 1)[0]:

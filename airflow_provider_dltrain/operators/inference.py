@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import RunSpec
-    from airflow_provider_dltrain.engines.rerun_check import RerunCheck
     from airflow_provider_dltrain.inference.model import ScoringModel
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
+    from airflow_provider_dltrain.jobs.rerun_check import RerunCheck
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
@@ -205,9 +205,9 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_dltrain.engines.stages import run_stage
         from airflow_provider_dltrain.etl.inputs import check_filters
         from airflow_provider_dltrain.inference import resolve_scoring_model
+        from airflow_provider_dltrain.jobs.stages import run_stage
 
         with fail_fast_on_user_error():
             self._check_inputs(rendered=True)
@@ -235,7 +235,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
     def _rerun_check(self, chosen: ScoringModel, ref: DeltaRef, storage: Any) -> RerunCheck:
         import dataclasses
 
-        from airflow_provider_dltrain.engines.rerun_check import check_score
+        from airflow_provider_dltrain.jobs.rerun_check import check_score
         from airflow_provider_dltrain.lake.partition import validate_partition
         from airflow_provider_dltrain.utils.input_checks import check_force
 

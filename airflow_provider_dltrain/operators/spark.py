@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
-from airflow_provider_dltrain.engines.stages import DeltaWriteOptions
+from airflow_provider_dltrain.jobs.stages import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
@@ -129,8 +129,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     def run_spec(self, context: Context) -> RunSpec:
         """The stage as a :class:`RunSpec` (what a cloud job receives)."""
         from airflow_provider_dltrain.engines import RunSpec
-        from airflow_provider_dltrain.engines.stages import check_write_options
         from airflow_provider_dltrain.etl.inputs import check_inputs
+        from airflow_provider_dltrain.jobs.stages import check_write_options
         from airflow_provider_dltrain.operators.engine_run import identity_from
         from airflow_provider_dltrain.operators.task_context import commit_metadata_from
 
@@ -157,8 +157,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_dltrain.engines.rerun_check import check_etl
-        from airflow_provider_dltrain.engines.stages import run_stage
+        from airflow_provider_dltrain.jobs.rerun_check import check_etl
+        from airflow_provider_dltrain.jobs.stages import run_stage
 
         with fail_fast_on_user_error():
             spec = self.run_spec(context)

@@ -22,22 +22,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError, NonFiniteError
+from airflow_provider_dltrain.exceptions import NonFiniteError
+from airflow_provider_dltrain.utils.non_finite import (
+    ALLOW,
+    FAIL_AT_ANY_STEP,
+    check_mode,
+)
 
-FAIL_AT_END, FAIL_AT_ANY_STEP, ALLOW = "fail_at_end", "fail_at_any_step", "allow"
-NON_FINITE_MODES = (FAIL_AT_END, FAIL_AT_ANY_STEP, ALLOW)
 TAG = "dltrain.non_finite"
 _HOW_TO_ALLOW = (
     "Lower the learning rate, clip gradients or guard the loss (log of 0, division by an empty batch); "
     f"to keep such a model anyway pass non_finite={ALLOW!r} to run_training or TrainModelOperator."
 )
-
-
-def check_mode(value: Any, field: str = "non_finite") -> str:
-    """``value`` when it is one of :data:`NON_FINITE_MODES`, else :class:`InvalidSpecError` naming ``field``."""
-    if value not in NON_FINITE_MODES:
-        raise InvalidSpecError(f"{field} must be one of {list(NON_FINITE_MODES)}, got {value!r}")
-    return str(value)
 
 
 def first_non_finite(metrics: Mapping[str, float]) -> tuple[str, float] | None:

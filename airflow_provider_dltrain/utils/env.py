@@ -11,6 +11,9 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping
 
+# The MLflow credentials a process may hold in its environment (the job specs carry none of them).
+CREDENTIAL_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
 
 @contextlib.contextmanager
 def scoped_environ(changes: Mapping[str, str | None]) -> Iterator[None]:

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from airflow_provider_dltrain.demo.digits_model import DigitsNet
-from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS
+from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
 
 def digits_partition(day_index: int, days: int) -> Any:

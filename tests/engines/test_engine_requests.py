@@ -142,7 +142,7 @@ def test_code_bundle_is_deterministic_and_holds_the_provider_and_the_transform_m
     first, second = code_bundle(["etl_jobs"]), code_bundle(["etl_jobs"])
     assert first == second
     names = zipfile.ZipFile(io.BytesIO(first)).namelist()
-    assert "etl_jobs.py" in names and "airflow_provider_dltrain/engines/entry.py" in names
+    assert "etl_jobs.py" in names and "airflow_provider_dltrain/jobs/entry.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

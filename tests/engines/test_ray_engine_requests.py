@@ -84,7 +84,7 @@ def test_the_driver_turns_every_restart_of_ray_train_off():
     pytest.importorskip("ray.train")
     from ray.train import FailureConfig
 
-    from airflow_provider_dltrain.engines.ray_driver import _no_restarts
+    from airflow_provider_dltrain.jobs.ray_driver import _no_restarts
 
     limits = _no_restarts(FailureConfig)
     assert limits["max_failures"] == 0 and set(limits.values()) == {0}

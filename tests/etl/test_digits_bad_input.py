@@ -139,7 +139,7 @@ def test_a_user_error_in_a_cloud_job_is_reported_back_and_fails_the_task_without
 
     from airflow_provider_dltrain.engines import JobHandle, JobStatus, RunSpec, outcome
     from airflow_provider_dltrain.engines.base import FAILED
-    from airflow_provider_dltrain.engines.entry import main
+    from airflow_provider_dltrain.jobs.entry import main
     from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
     root, _ = _day_with_labels(tmp_path, ["file", "lbl"])

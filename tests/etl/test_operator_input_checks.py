@@ -52,7 +52,7 @@ def no_work(monkeypatch) -> list[str]:
         return called
 
     monkeypatch.setattr("airflow_provider_dltrain.etl.spark.spark_session", forbid("spark"))
-    monkeypatch.setattr("airflow_provider_dltrain.engines.stages.run_stage", forbid("run_stage"))
+    monkeypatch.setattr("airflow_provider_dltrain.jobs.stages.run_stage", forbid("run_stage"))
     monkeypatch.setattr(
         "airflow_provider_dltrain.hooks.mlflow.MlflowHook.get_tracking_config", forbid("mlflow")
     )

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dltrain.engines import RunSpec
-from airflow_provider_dltrain.engines.rerun_check import check_etl
+from airflow_provider_dltrain.jobs.rerun_check import check_etl
 from airflow_provider_dltrain.lake import DeltaLog, overwrite_partition
 from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_RERUN_FACTS
 
@@ -212,8 +212,8 @@ def _context() -> dict[str, Any]:
 @pytest.fixture
 def started(monkeypatch) -> list[str]:
     """Records every Spark session asked for and every stage run."""
-    from airflow_provider_dltrain.engines import stages
     from airflow_provider_dltrain.etl import spark as spark_module
+    from airflow_provider_dltrain.jobs import stages
 
     calls: list[str] = []
     session, run_stage = spark_module.spark_session, stages.run_stage

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dltrain.engines.rerun_check import check_score
+from airflow_provider_dltrain.jobs.rerun_check import check_score
 from airflow_provider_dltrain.lake import DeltaLog, overwrite_partition
 from airflow_provider_dltrain.lake.ref import DeltaRef
 
@@ -116,8 +116,8 @@ def test_scores_written_without_facts_are_scored_again(tmp_path, source):
 @pytest.fixture
 def started(monkeypatch) -> list[str]:
     """Records every Spark session asked for, every stage run and every model load or inspection."""
-    from airflow_provider_dltrain.engines import stages
     from airflow_provider_dltrain.etl import spark as spark_module
+    from airflow_provider_dltrain.jobs import stages
     from airflow_provider_dltrain.registry import loading
 
     calls: list[str] = []

@@ -20,8 +20,8 @@ from test_registry_mlflow_server import server_url  # noqa: F401 - the module's 
 
 from airflow_provider_dltrain.hooks.mlflow import MlflowHook
 from airflow_provider_dltrain.registry import GateSpec, register_and_promote
-from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS
 from airflow_provider_dltrain.training import run_training
+from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
 pytestmark = pytest.mark.slow
 

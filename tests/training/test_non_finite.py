@@ -162,8 +162,8 @@ def test_a_remote_job_carries_the_switch_in_its_spec_and_reports_the_outcome(
 ):
     import json
 
-    from airflow_provider_dltrain.engines import train_entry
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+    from airflow_provider_dltrain.jobs import train_entry
     from airflow_provider_dltrain.lake.scan_plan import resolve
 
     for name in ("RANK", "WORLD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"):

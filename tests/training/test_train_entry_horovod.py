@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dltrain.engines.train_entry import launched_ranks
 from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+from airflow_provider_dltrain.jobs.train_entry import launched_ranks
 from airflow_provider_dltrain.lake.scan_plan import resolve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_horovodrun_ranks_of_a_cloud_job_train_through_horovod_and_rank_0_report
     for name in LAUNCH_VARS:
         env.pop(name, None)
     argv = [horovodrun, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, "-m"]
-    argv += ["airflow_provider_dltrain.engines.entry", "--spec", str(spec_path)]
+    argv += ["airflow_provider_dltrain.jobs.entry", "--spec", str(spec_path)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

@@ -1,6 +1,6 @@
 """One rank of a remote training job: read the spec, train on the pinned version, report.
 
-Started by ``engines/entry.py`` (itself started by ``job_script.py`` under torchrun, mpirun or a
+Started by ``jobs/entry.py`` (itself started by ``job_script.py`` under torchrun, mpirun or a
 plain ``python``) when the spec's ``kind`` is ``"train"``. Rank and world come from torchrun's
 variables; rank 0 writes its report (the one the local backends return) to ``result_uri``, or
 ``{"error": ..., "user_error": ...}`` when it failed. The exit status is the outcome.
@@ -18,9 +18,10 @@ from typing import Any
 from airflow_provider_dltrain.engines.objects import write_object as write_uri
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, SECRET_ENV, TrainJobSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
-from airflow_provider_dltrain.registry.config import CREDENTIAL_KEYS, TrackingConfig
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
-log = logging.getLogger("airflow_provider_dltrain.engines.train_entry")
+log = logging.getLogger("airflow_provider_dltrain.jobs.train_entry")
 SM_FAILURE_FILE = "/opt/ml/output/failure"
 FAILURE_FILE_ENV = "DLTRAIN_FAILURE_FILE"  # where the job reports why it failed (default: SageMaker's)
 

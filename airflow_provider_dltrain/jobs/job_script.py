@@ -2,7 +2,7 @@
 
 It is uploaded as it is, so it imports nothing but the standard library (and boto3, present on Glue,
 EMR and EMR Serverless) until the code bundle named by ``--code`` is on ``sys.path``; then it hands
-over to :func:`airflow_provider_dltrain.engines.entry.main`.
+over to :func:`airflow_provider_dltrain.jobs.entry.main`.
 """
 
 import atexit
@@ -42,7 +42,7 @@ def run(argv):
     atexit.register(shutil.rmtree, directory, True)
     paths = [_fetch(uri, directory) for uri in _code_uris(argv)]
     sys.path[:0] = paths  # the bundle wins over any installed copy: the job runs the staged code
-    from airflow_provider_dltrain.engines.entry import main
+    from airflow_provider_dltrain.jobs.entry import main
 
     return main(argv, code_paths=paths)
 

@@ -1,6 +1,6 @@
 """The driver of a Ray training job: ``train(ctx)`` on N Ray Train workers under ``TorchTrainer``.
 
-Started by ``engines.entry`` when the job's environment says ``DLTRAIN_ENGINE=ray`` (see
+Started by ``jobs.entry`` when the job's environment says ``DLTRAIN_ENGINE=ray`` (see
 ``engines.ray_jobs``). Ray Train starts the workers, sets torchrun's variables in each (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``) and opens the process group (Gloo, or NCCL with GPUs);
 each worker then runs the rank exactly as a SageMaker or EC2 rank does (``train_entry.run``): it
@@ -20,12 +20,12 @@ from typing import Any
 from airflow_provider_dltrain.engines.objects import object_exists, write_object
 from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
 
-log = logging.getLogger("airflow_provider_dltrain.engines.ray_driver")
+log = logging.getLogger("airflow_provider_dltrain.jobs.ray_driver")
 
 
 def worker(config: dict[str, Any]) -> None:
     """One Ray Train worker: one rank of the spec (the process group is Ray Train's)."""
-    from airflow_provider_dltrain.engines import train_entry
+    from airflow_provider_dltrain.jobs import train_entry
 
     spec = TrainJobSpec.from_json(config["spec"])
     if train_entry.run(spec) != 0:

@@ -2,7 +2,7 @@
 
 A training job's spec (``"kind": "train"``) goes to :mod:`~.train_entry` instead, once per rank.
 
-``python -m airflow_provider_dltrain.engines.entry --spec s3://…/spec.json`` (or the uploaded
+``python -m airflow_provider_dltrain.jobs.entry --spec s3://…/spec.json`` (or the uploaded
 ``job_script.py`` with the same arguments). Unknown arguments are ignored: Glue adds its own
 (``--JOB_ID``, ``--JOB_RUN_ID``, ``--TempDir``, …). The exit status is the outcome: 0 when the stage
 committed (or found its content already there), 1 otherwise; the result file says why.
@@ -23,7 +23,7 @@ from airflow_provider_dltrain.engines.objects import read_object, write_object
 from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError
 
-log = logging.getLogger("airflow_provider_dltrain.engines.entry")
+log = logging.getLogger("airflow_provider_dltrain.jobs.entry")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,10 +65,10 @@ def main(argv: Sequence[str] | None = None, *, code_paths: Sequence[str] = ()) -
 
     if is_train_spec(raw):
         if os.environ.get("DLTRAIN_ENGINE") == "ray":  # the driver of a Ray job: it starts the ranks
-            from airflow_provider_dltrain.engines import ray_driver
+            from airflow_provider_dltrain.jobs import ray_driver
 
             return ray_driver.run(TrainJobSpec.from_json(raw))
-        from airflow_provider_dltrain.engines import train_entry  # one rank (SageMaker, EC2): no Spark
+        from airflow_provider_dltrain.jobs import train_entry  # one rank (SageMaker, EC2): no Spark
 
         return train_entry.run(TrainJobSpec.from_json(raw))
     spec = RunSpec.from_json(raw)
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None, *, code_paths: Sequence[str] = ()) -
         spec.identity.try_number,
     )
     try:
-        from airflow_provider_dltrain.engines.stages import run_stage
+        from airflow_provider_dltrain.jobs.stages import run_stage
 
         spark = job_session(spec.params.get("spark_conf"), code_paths)
         result: dict[str, Any] = run_stage(spec, spark=spark)
