@@ -1,4 +1,4 @@
-"""A user's cloud DAG tested offline with the shipped fixture, as README's "Testing your DAGs offline" shows.
+"""A user's cloud DAG tested offline with the shipped fixture, as the docs' "Testing offline" page shows.
 
 The DAG file and its package are what a user writes: a CSV on S3 into a Delta table by a Glue job
 (``SparkToDeltaOperator``), then a SageMaker training job on that version (``TrainModelOperator``),
@@ -9,85 +9,17 @@ test`` runs the DAG; the Glue run and the training job really run on this machin
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
-DAG_FILE = """\
-import os
-from datetime import datetime
-
-from airflow.sdk import DAG
-
-from airflow_provider_dltrain.operators import SparkToDeltaOperator, TrainModelOperator
-
-LAKE = "s3://my-lake"
-STAGING = f"{LAKE}/dltrain-staging"
-POLL_S = float(os.environ.get("DLTRAIN_POLL_INTERVAL", "30"))  # the test sets 1
-
-with DAG(dag_id="points_nightly", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
-    ingest = SparkToDeltaOperator(
-        task_id="ingest",
-        table_uri=f"{LAKE}/lake/points",
-        partition={"ds": "{{ ds }}"},
-        transform="points.etl:to_features",
-        inputs={"raw": {"path": LAKE + "/landing/{{ ds }}/points.csv", "format": "csv",
-                        "options": {"header": "true"}}},
-        engine="glue",
-        engine_options={"staging_uri": STAGING, "role": "arn:aws:iam::123456789012:role/GlueJob"},
-        aws_conn_id="aws",
-        poll_interval=POLL_S,
-    )
-    TrainModelOperator(
-        task_id="train",
-        dataset=ingest.output,
-        train_fn="points.model:train",
-        hparams={"epochs": 1, "seed": 7},
-        backend="sagemaker",
-        backend_options={
-            "staging_uri": STAGING,
-            "role": "arn:aws:iam::123456789012:role/SageMakerJob",
-            "image_uri": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311",
-        },
-        aws_conn_id="aws",
-        poll_interval=POLL_S,
-    )
-"""
-
-ETL = """\
-def to_features(spark, inputs, params):
-    from pyspark.sql import functions as F
-
-    raw = inputs["raw"]
-    return raw.select(
-        F.col("id").cast("long").alias("id"),
-        F.array(F.col("x1").cast("float"), F.col("x2").cast("float")).alias("features"),
-        F.col("label").cast("long").alias("label"),
-    )
-"""
-
-MODEL = """\
-import torch
-from torch.nn import functional as F
-
-
-def train(ctx):
-    loader = ctx.dataloader(16, columns=["features", "label"])
-    model = ctx.wrap(torch.nn.Linear(2, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    for epoch in range(ctx.hparams["epochs"]):
-        for batch in loader:
-            opt.zero_grad()
-            loss = F.cross_entropy(model(batch["features"]), batch["label"])
-            loss.backward()
-            opt.step()
-        ctx.log_metrics({"loss": float(loss)}, step=epoch)
-    ctx.save_model(model)
-    return {"loss": float(loss)}
-"""
+# what the docs show (docs/testing.md includes these files): the DAG file and its package ``points``
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 ROWS = 48
 
@@ -100,6 +32,7 @@ def _csv() -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+# --8<-- [start:test]
 def test_a_users_glue_and_sagemaker_dag_runs_against_the_fake_aws(fake_aws, tmp_path):
     from deltalake import DeltaTable
     from mlflow import MlflowClient
@@ -107,11 +40,8 @@ def test_a_users_glue_and_sagemaker_dag_runs_against_the_fake_aws(fake_aws, tmp_
     from tests.conftest import migrated_airflow_db
 
     dags = tmp_path / "dags"
-    (dags / "points").mkdir(parents=True)
-    (dags / "points_nightly.py").write_text(DAG_FILE)
-    (dags / "points" / "__init__.py").write_text("")
-    (dags / "points" / "etl.py").write_text(ETL)
-    (dags / "points" / "model.py").write_text(MODEL)
+    shutil.copytree(EXAMPLES / "points", dags / "points", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(EXAMPLES / "points_nightly.py", dags / "points_nightly.py")
     fake_aws.create_bucket("my-lake")
     fake_aws.client("s3").put_object(Bucket="my-lake", Key="landing/2026-11-24/points.csv", Body=_csv())
 
@@ -155,3 +85,6 @@ def test_a_users_glue_and_sagemaker_dag_runs_against_the_fake_aws(fake_aws, tmp_
     (run,) = client.search_runs([client.get_experiment_by_name("points_nightly").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["dltrain.backend"] == "sagemaker"
     assert fake_aws.leaks() == []
+
+
+# --8<-- [end:test]
