@@ -1,34 +1,42 @@
-"""A simulated year of nightly history, written by the provider's own decisions and Delta writers.
+"""A simulated year of nightly history, written by the provider's own decisions, stages and writers.
 
 For each night D (one per day from ``start``):
 
 - **ingest**: a landing folder ``landing/ds=D`` with the night's CSV; the ETL stage's re-run check
-  (``engines.rerun_check.check_etl``) establishes its facts (the input listing, the transform's code
+  (``jobs.rerun_check.check_etl``) establishes its facts (the input listing, the transform's code
   hash, the parameters) and the partition is committed with them, the Airflow lineage keys and the
   quarantine count, by the lake writer the stages use (``lake.overwrite_partition``); its bad row
   goes to the quarantine table with the pairing the writer records;
 - **pin**: the cut-off version of ``ds <= D`` (``lake.history.cutoff_commit``), as the sensor pins it;
-- **training identity**: the data fingerprint of the pin (``scan_plan.index_fingerprint``), the tag a
-  training run is found by; the model version the nightly's gate made champion changes weekly;
-- **scoring**: ``check_score`` establishes the facts of scoring ``ds = D`` of the pin with that
-  champion, and the predictions partition is committed with them;
+- **training** (a year with an MLflow store, :func:`generate`'s ``tracking``): ``run_training`` trains
+  the tiny model of :mod:`benchmarks.year_model` on the pin with ``ds <= D``, logs it, and
+  ``register_and_promote`` registers it behind the gate (``val_loss``, lower is better) with cut-off
+  D, exactly as ``TrainModelOperator`` and ``RegisterModelOperator`` do in the nightly DAG;
+- **scoring**: the champion for D (``champion_as_of``) scores ``ds = D`` of the pin into the
+  predictions partition through the scoring stage itself (``jobs.stages.run_stage``, Spark ``local``),
+  after the re-run check that records its facts, as ``SparkBatchInferenceOperator`` does;
 - **weekly maintenance** (Sundays): a Z-order compaction of the week's partitions and the provider's
   VACUUM, as a user schedules them;
 - every commit file (and checkpoint) is aged to its simulated night, so delta-rs's checkpoints
   (every 100 commits) and its log clean-up run as they would have over the year.
 
-What it does not do, to fit a year in minutes on 2 cores: it computes rows with pyarrow instead
-of a Spark job, and records a champion per week instead of training and registering a model each
-night. The commits, their recorded facts and digests, the history index and the table properties
-are those of the real stages.
+A year generated this way is one the DAG in ``benchmarks/year_dags`` (the nightly retrain DAG's
+shape on this model) backfills through Airflow: ``DLTRAIN_HOME`` holds the tables under ``lake/``
+and MLflow in ``mlflow.db``, where the DAG finds them.
+
+What it does not do, to fit a year in minutes on 2 cores: the ETL rows are computed with pyarrow
+(:func:`transform`) instead of a Spark job; the commits, their recorded facts and digests, the
+history index and the table properties are those of the real stage. Without an MLflow store (the
+S3 year, which counts storage requests) it records a champion per week and scores with pyarrow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
@@ -73,8 +81,11 @@ class Year:
     start: date
     days: int
     storage_options: dict[str, str] | None = None
+    tracking: Any = None  # a TrackingConfig: train, gate and score nightly (else weekly stand-ins)
     pins: dict[str, dict[str, Any]] = field(default_factory=dict)  # ds -> the cut-off DeltaRef dict
-    champions: dict[str, dict[str, str]] = field(default_factory=dict)  # ds -> model ref scored with
+    champions: dict[str, dict[str, Any]] = field(default_factory=dict)  # ds -> model ref scored with
+    promoted: list[str] = field(default_factory=list)  # the nights whose model the gate promoted
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent per phase of the nights
     seconds: float = 0.0
 
     def uri(self, name: str) -> str:
@@ -107,11 +118,19 @@ class Year:
         return RunSpec("etl", self.images, {"ds": ds}, params)
 
     def score_params(self, ds: str) -> dict[str, Any]:
+        scoring: dict[str, Any] = {"features": ["value"], "output": "prediction"}
+        if self.tracking is not None:  # the scoring stage's own spec, as the operator records it
+            import dataclasses
+
+            from airflow_provider_dltrain.inference.score_spec import ScoringSpec
+            from benchmarks import year_model
+
+            scoring = dataclasses.asdict(ScoringSpec.coerce(year_model.SCORING))
         return {
             "model": self.champions[ds],
             "input": self.pins[ds],
             "input_filter": [["ds", "=", ds]],
-            "scoring": {"features": ["value"], "output": "prediction"},
+            "scoring": scoring,
             "allow_pickle": False,
         }
 
@@ -131,9 +150,11 @@ def _lineage(dag_id: str, task_id: str, ds: str) -> dict[str, str]:
 def _land(year: Year, day: int) -> None:
     folder = os.path.join(year.landing, f"ds={year.ds(day)}")
     os.makedirs(folder, exist_ok=True)
-    values = [str(day * 0.5 + k) for k in range(ROWS)]
+    values = [str(k + (day % 5) * 0.1) for k in range(ROWS)]  # a label the model can learn from value
     values[day % ROWS] = "n/a"
-    rows = pa.table({"id": list(range(ROWS)), "value": values, "label": [k % 10 for k in range(ROWS)]})
+    rows = pa.table(
+        {"id": list(range(ROWS)), "value": values, "label": [k * 10 // ROWS for k in range(ROWS)]}
+    )
     pcsv.write_csv(rows, os.path.join(folder, "part-0.csv"))
 
 
@@ -246,17 +267,115 @@ def _age(year: Year, day: int, seen: dict[str, set[str]]) -> None:
                 known.add(path)
 
 
+def train_and_gate(year: Year, day: int) -> Any:
+    """The nightly's training on the pin of ``ds <= D`` and its registration behind the gate."""
+    from airflow_provider_dltrain.registry import GateSpec, register_and_promote
+    from airflow_provider_dltrain.training.runner import run_training
+    from benchmarks import year_model
+
+    ds = year.ds(day)
+    tags = {
+        "dltrain.dag_id": year_model.DAG_ID,
+        "dltrain.run_id": f"scheduled__{ds}T00:00:00+00:00",
+        "dltrain.task_id": "train",
+        "dltrain.logical_date": f"{ds}T00:00:00+00:00",
+    }
+    result = run_training(
+        year_model.TRAIN_FN,
+        year.pins[ds],
+        year_model.HPARAMS,
+        backend="local",
+        data_filter=[["ds", "<=", ds]],
+        tracking=year.tracking,
+        cutoff=ds,
+        experiment_name=year_model.MODEL,
+        run_name=f"{year_model.DAG_ID}.train.{ds}",
+        tags=tags,
+        storage_options=year.storage_options,
+    )
+    decision = register_and_promote(
+        year.tracking,
+        model_name=year_model.MODEL,
+        model_uri=result.model_uri,
+        run_id=result.run_id,
+        metrics=result.metrics,
+        gate=GateSpec(metric=year_model.METRIC, mode="min"),
+        data_cutoff=ds,
+    )
+    if decision.promoted:
+        year.promoted.append(ds)
+    return decision
+
+
+def score_nightly(year: Year, day: int) -> Any:
+    """The scoring stage for night ``day`` with the champion for it: the re-run check, then Spark."""
+    import dataclasses
+
+    from airflow_provider_dltrain.engines.run_spec import RunSpec
+    from airflow_provider_dltrain.inference import resolve_scoring_model
+    from airflow_provider_dltrain.inference.score_spec import ScoringSpec
+    from airflow_provider_dltrain.jobs.rerun_check import check_score
+    from airflow_provider_dltrain.jobs.stages import run_stage
+    from airflow_provider_dltrain.lake.partition import validate_partition
+    from benchmarks import year_model
+
+    ds, so = year.ds(day), year.storage_options
+    spec = {"name": year_model.MODEL, "champion_as_of": ds}
+    chosen = resolve_scoring_model(spec, year.tracking, None, field="model")
+    year.champions[ds] = chosen.to_dict()
+    scoring = ScoringSpec.coerce(year_model.SCORING)
+    partition = validate_partition({"ds": ds}, formats=scoring.partition_formats)
+    params = {
+        "model": chosen.to_dict(),
+        "input": year.pins[ds],
+        "input_filter": [["ds", "=", ds]],
+        "scoring": dataclasses.asdict(scoring),
+        "allow_pickle": False,
+    }
+    check = check_score(year.predictions, partition, params, lambda _uri: so)
+    if check.skipped:
+        return check
+    tracking = year.tracking
+    run = RunSpec(
+        "score",
+        year.predictions,
+        partition,
+        {**params, "tracking_uri": tracking.tracking_uri, "registry_uri": tracking.registry_uri},
+        metadata=_lineage(year_model.DAG_ID, "score", ds),
+    )
+    run_stage(check.apply(run), storage=lambda _uri: so, tracking=tracking)
+    return check
+
+
 def night(year: Year, day: int, seen: dict[str, set[str]]) -> None:
     ds = year.ds(day)
-    _land(year, day)
-    ingest(year, day)
-    year.pins[ds] = pin(year, day)
-    week = day // 7 + 1
-    year.champions[ds] = {"name": "digits", "version": str(week), "model_uri": f"models:/digits/{week}"}
-    score(year, day)
+    with _phase(year, "ingest"):
+        _land(year, day)
+        ingest(year, day)
+        year.pins[ds] = pin(year, day)
+    if year.tracking is not None:
+        with _phase(year, "train"):
+            train_and_gate(year, day)
+        with _phase(year, "score"):
+            score_nightly(year, day)
+    else:
+        week = day // 7 + 1
+        year.champions[ds] = {"name": "digits", "version": str(week), "model_uri": f"models:/digits/{week}"}
+        with _phase(year, "score"):
+            score(year, day)
     if day % 7 == 6:
-        maintain(year, day)
+        with _phase(year, "maintain"):
+            maintain(year, day)
     _age(year, day, seen)
+
+
+@contextlib.contextmanager
+def _phase(year: Year, name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        year.phases[name] = year.phases.get(name, 0.0) + time.perf_counter() - started
 
 
 def generate(
@@ -266,16 +385,22 @@ def generate(
     *,
     start: date = date(2025, 12, 1),
     storage_options: dict[str, str] | None = None,
+    tracking: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> Year:
-    """Write ``days`` nights of history: tables under ``root``, the landing zone under ``landing``."""
-    year = Year(root, landing, start, days, storage_options)
+    """Write ``days`` nights of history: tables under ``root``, the landing zone under ``landing``.
+
+    :param tracking: an MLflow ``TrackingConfig``: train, register and score with the champion
+        nightly (see the module); without it, a weekly champion stands in and pyarrow scores.
+    """
+    year = Year(root, landing, start, days, storage_options, tracking)
     seen: dict[str, set[str]] = {}
     began = time.perf_counter()
     for day in range(days):
         night(year, day, seen)
         if progress and (day + 1) % 30 == 0:
-            progress(f"night {day + 1}/{days} ({time.perf_counter() - began:.0f}s)")
+            phases = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in year.phases.items())
+            progress(f"night {day + 1}/{days} ({time.perf_counter() - began:.0f}s: {phases})")
     year.seconds = time.perf_counter() - began
     return year
 
@@ -291,6 +416,13 @@ def rerun(year: Year, day: int) -> dict[str, Any]:
     etl = check_etl(year.etl_spec(ds), lambda _uri: year.storage_options)
     pinned = pin(year, day)
     fingerprint = training_identity(year, pinned, ds)
+    if year.tracking is not None:  # the champion for the date, as training's skip and scoring ask for it
+        from airflow_provider_dltrain.registry import champion_as_of
+        from benchmarks import year_model
+
+        champion = champion_as_of(year.tracking, year_model.MODEL, ds)
+        if champion is None or str(champion.version) != str(year.champions[ds]["version"]):
+            raise RuntimeError(f"the champion for {ds} is {champion}, not {year.champions[ds]}")
     scored = check_score(
         year.predictions, {"ds": ds}, year.score_params(ds), lambda _uri: year.storage_options
     )
