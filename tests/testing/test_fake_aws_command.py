@@ -150,7 +150,9 @@ def test_the_testing_extra_is_in_dev_and_pinned_by_the_constraints():
     extras = project["optional-dependencies"]
     names = {r.split("[")[0].split(">")[0].split("=")[0].lower() for r in extras["testing"]}
     assert {"moto", "pytest"} <= names
-    assert "airflow-provider-dltrain[testing]" in extras["dev"]
+    assert "airflow-provider-dltrain[all,docs]" in extras["dev"]  # [all] holds every extra, testing too
+    (own,) = [r for r in extras["all"] if r.startswith("airflow-provider-dltrain[")]
+    assert "testing" in own.split("[")[1].rstrip("]").split(",")
     constraints = (REPO / "constraints" / "constraints-3.11.txt").read_text().lower().splitlines()
     pinned = {line.split("==")[0] for line in constraints if "==" in line}
     assert names <= pinned, names - pinned
