@@ -1,4 +1,4 @@
-"""Where a stage runs: one protocol, one adapter per service, one job entry point. No Airflow here.
+"""Where a stage runs: one protocol, one adapter per service (the job's own side is ``jobs/``). No Airflow.
 
 ``get_engine(name, clients, **options)`` builds an adapter; ``clients(service)`` returns a boto3
 client (the Airflow layer makes them from an ``aws`` connection, a notebook from a boto3 session).

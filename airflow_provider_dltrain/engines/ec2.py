@@ -46,7 +46,8 @@ from airflow_provider_dltrain.engines.ec2_plan import (
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager
-from airflow_provider_dltrain.engines.train_spec import TrainingEngine, job_tracking_env
+from airflow_provider_dltrain.engines.train_spec import job_tracking_env
+from airflow_provider_dltrain.engines.training_engine import TrainingEngine
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 # Amazon Linux 2023 from its SSM public parameter; a Deep Learning AMI's parameter is better for GPUs.

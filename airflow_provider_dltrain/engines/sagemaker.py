@@ -33,7 +33,8 @@ from airflow_provider_dltrain.engines.base import (
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager, job_script
-from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, TrainingEngine, job_tracking_env
+from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, job_tracking_env
+from airflow_provider_dltrain.engines.training_engine import TrainingEngine
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ The interface (stable; the SageMaker and EC2 engines are built on it):
 - The launcher (``TrainModelOperator`` on the Airflow worker) resolves the pinned Delta version,
   opens the MLflow run (``training.runner.start_tracked_run``) and writes a :class:`TrainJobSpec`.
 - A training engine (``engines.sagemaker``, ``engines.ec2``) is an :class:`~.base.Engine` whose
-  ``stage(spec)`` takes a ``TrainJobSpec``: :class:`TrainingEngine` stages it with the code bundle
+  ``stage(spec)`` takes a ``TrainJobSpec``: ``training_engine.TrainingEngine`` stages it with the code bundle
   (``engines.staging``: ``runs/<task_key>/<try>/spec.json``), and ``result(handle)`` reads rank 0's
   report back from ``runs/<task_key>/<try>/result.json``. Subclasses add submit/find/poll/cancel/
   teardown, and render how the service starts ``job_script.py --spec <uri> --code <uri>`` on every
@@ -25,16 +25,13 @@ reads ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``/``_TOKEN``, or the Secrets Mana
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_dltrain.engines.base import JobFailedError, JobHandle, StagedRun
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
-from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
@@ -156,37 +153,3 @@ def job_tracking_env(credentials: Mapping[str, str], secret_id: str | None) -> d
     if secret_id:
         return {SECRET_ENV: secret_id}
     return {k: v for k, v in credentials.items() if k in CREDENTIAL_KEYS and v}
-
-
-class TrainingEngine(StagedResults):
-    """Staging and results shared by the training engines (subclasses: submit, find, poll, cancel)."""
-
-    name = "training"
-    stager: Stager
-    checkpoint_uri_option: str | None = None
-
-    @property
-    def world_size(self) -> int:
-        """Ranks the job will start; the launcher writes it into the spec."""
-        raise NotImplementedError
-
-    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
-        """MLflow credentials (from the Airflow connection) for the job's environment."""
-        raise NotImplementedError
-
-    def stage(self, spec: Any) -> StagedRun:
-        """Stage ``spec`` with its checkpoint URI filled in (the option, or one per task and inputs)."""
-        if not isinstance(spec, TrainJobSpec):
-            raise InvalidSpecError(f"{self.name} runs training jobs only, not {type(spec).__name__}")
-        checkpoint = spec.checkpoint_uri or self.checkpoint_uri_option
-        if not checkpoint:
-            checkpoint = self.stager.uri("runs", spec.identity.task_key, "checkpoints", checkpoint_key(spec))
-        return self.stager.stage(dataclasses.replace(spec, checkpoint_uri=checkpoint))
-
-    def job_spec(self, handle: JobHandle) -> TrainJobSpec:
-        """The spec a job was started with (it sits beside its result)."""
-        uri = handle.result_uri.rsplit("/", 1)[0] + "/spec.json"
-        raw = self.stager.get(uri)
-        if raw is None:
-            raise JobFailedError(f"{self.name} job {handle.ids}: its spec {uri} is gone")
-        return TrainJobSpec.from_json(raw)

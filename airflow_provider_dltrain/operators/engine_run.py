@@ -1,8 +1,9 @@
 """Run a stage's :class:`RunSpec` where ``engine=`` says: in this process, or as a cloud job.
 
-Shared by the ETL and scoring operators (composition of one helper, not an operator per engine):
-submit (or re-attach to the job an earlier try of this task left running), wait or defer, return the
-job's result, cancel on kill, and always tear down what the run created.
+Shared by the ETL, scoring and remote training operators (composition of one helper, not an operator
+per engine): submit (or re-attach to the job an earlier try of this task left running), wait or
+defer, return the job's result, cancel on kill, and always tear down what the run created. The
+lifecycle itself is ``engines.lifecycle``, which ``run_training`` uses too; only deferral is here.
 """
 
 from __future__ import annotations
@@ -99,14 +100,9 @@ class EngineRun:
         ``make_spec`` is called only when nothing is running for ``identity`` (a training launcher
         opens its MLflow run there: a re-attaching retry must not open a second one).
         """
-        handle = engine.find(identity)
-        if handle is not None:
-            self.log.info("re-attaching to %s job %s started by an earlier try", engine.name, handle.ids)
-        else:
-            staged = engine.stage(make_spec())
-            self.log.info("staged spec %s and code %s", staged.spec_uri, staged.code_uri)
-            handle = engine.submit(staged)
-            self.log.info("submitted %s job %s", engine.name, handle.ids)
+        from airflow_provider_dltrain.engines.lifecycle import start_job
+
+        handle, _ = start_job(engine, identity, make_spec, logger=self.log)
         if handle.console_url:
             self.log.info("console: %s", handle.console_url)
         context["ti"].xcom_push(key=XCOM_JOB, value=handle.to_dict())
@@ -140,23 +136,15 @@ class EngineRun:
         return outcome(engine, handle, status)
 
     def _finish(self, engine: Engine, handle: JobHandle, event: dict[str, Any] | None) -> dict[str, Any]:
-        from airflow_provider_dltrain.engines import JobStatus, wait
+        from airflow_provider_dltrain.engines import JobStatus
         from airflow_provider_dltrain.engines.base import job_summary
+        from airflow_provider_dltrain.engines.lifecycle import wait_or_cancel
 
         try:
             if event is None:
-                try:
-                    status = wait(
-                        engine,
-                        handle,
-                        poll_interval=self.poll_interval,
-                        on_status=lambda s: self.log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
-                    )
-                except BaseException:
-                    # execution_timeout or a kill interrupted the wait: the job must not outlive the try
-                    # (on_kill runs after this block has already forgotten the job).
-                    self._cancel_quietly(engine, handle)
-                    raise
+                # execution_timeout or a kill interrupting the wait cancels the job: it must not outlive
+                # the try (on_kill runs after this block has already forgotten the job)
+                status = wait_or_cancel(engine, handle, poll_interval=self.poll_interval, logger=self.log)
             elif event.get("state") == "ERROR":
                 raise RuntimeError(
                     f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}"
@@ -176,21 +164,14 @@ class EngineRun:
         handle = JobHandle.from_dict(event["handle"])
         return self._finish(self._engine(), handle, event)
 
-    def _cancel_quietly(self, engine: Engine, handle: JobHandle) -> None:
-        try:
-            self.log.info("cancelling %s job %s", engine.name, handle.ids)
-            engine.cancel(handle)
-        except Exception as err:  # the original interruption is what the task reports
-            self.log.warning("could not cancel %s job %s: %s", engine.name, handle.ids, err)
-
     def kill_job(self) -> None:
         """Cancel the running job and tear down what it created (``on_kill``)."""
+        from airflow_provider_dltrain.engines.lifecycle import stop_job
+
         if self._job is None:
             return
         engine, handle = self._job
         try:
-            self.log.info("cancelling %s job %s", engine.name, handle.ids)
-            engine.cancel(handle)
+            stop_job(engine, handle, logger=self.log)
         finally:
-            engine.teardown(handle)
             self._job = None

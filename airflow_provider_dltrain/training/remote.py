@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity
-    from airflow_provider_dltrain.engines.train_spec import TrainingEngine, TrainJobSpec
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
     from airflow_provider_dltrain.training.tracked_run import TrainResult
@@ -74,7 +74,9 @@ class RemoteLauncher:
         non_finite: str = "fail_at_end",
         storage_for: StorageFor | None = None,
     ) -> None:
-        self.engine = engine
+        from airflow_provider_dltrain.engines.training_engine import as_training_engine
+
+        self.engine = as_training_engine(engine)
         self.tracking = tracking
         self.train_fn = train_fn
         self.data_filter = data_filter
@@ -83,7 +85,7 @@ class RemoteLauncher:
         self.non_finite = non_finite
         self.storage_for = storage_for or (lambda uri: None)
         self.spec: TrainJobSpec | None = None
-        cast("TrainingEngine", engine).set_job_credentials(tracking.env)
+        self.engine.set_job_credentials(tracking.env)
 
     def job_spec(
         self,
@@ -102,7 +104,7 @@ class RemoteLauncher:
         from airflow_provider_dltrain.training.tracked_run import start_tracked_run
         from airflow_provider_dltrain.training.tracking import end_failed
 
-        engine = cast("TrainingEngine", self.engine)
+        engine = self.engine
         name = train_fn_name(self.train_fn)
         started = start_tracked_run(
             name,
@@ -142,7 +144,7 @@ class RemoteLauncher:
 
     def attached(self, handle: JobHandle) -> TrainJobSpec:
         """The spec of a job found running (a retry re-attaching reads it back from the job)."""
-        self.spec = self.engine.job_spec(handle)  # type: ignore[attr-defined]
+        self.spec = self.engine.job_spec(handle)
         return self.spec
 
     def outcome(self, handle: JobHandle, status: JobStatus) -> TrainResult:
@@ -272,12 +274,13 @@ def run_remote(
     running; waits (progress in the log); tears down what the job created (an EC2 cluster) whatever
     happens; an interrupted wait (Ctrl-C) stops the job and ends its MLflow run FAILED.
     """
-    from airflow_provider_dltrain.engines import get_engine, wait
     from airflow_provider_dltrain.engines.base import job_summary
+    from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
+    from airflow_provider_dltrain.engines.training_engine import get_training_engine
     from airflow_provider_dltrain.lake.ref import DeltaRef
 
     options = dict(backend_options or {})
-    engine = get_engine(backend, clients or boto3_clients(options.get("region")), options)
+    engine = get_training_engine(backend, clients or boto3_clients(options.get("region")), options)
     launcher = RemoteLauncher(
         engine,
         tracking,
@@ -289,30 +292,21 @@ def run_remote(
         storage_for=lambda uri: storage_options,
     )
     identity = adhoc_identity(run_key, train_fn)
-    handle = engine.find(identity)
+
+    def job_spec() -> TrainJobSpec:
+        ref = DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset))
+        return launcher.job_spec(identity, ref, dict(hparams or {}), storage_options, run or {})
+
+    handle: JobHandle | None = None
     try:
-        if handle is not None:
-            log.info("re-attaching to %s job %s (run key %r)", engine.name, handle.ids, run_key)
-            launcher.attached(handle)
-        else:
-            ref = DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset))
-            spec = launcher.job_spec(identity, ref, dict(hparams or {}), storage_options, run or {})
-            staged = engine.stage(spec)
-            handle = engine.submit(staged)
-            log.info("submitted %s job %s (MLflow run %s)", engine.name, handle.ids, spec.mlflow_run_id)
+        handle, reattached = start_job(
+            engine, identity, job_spec, earlier=f"an earlier call with run key {run_key!r}", logger=log
+        )
+        spec = launcher.attached(handle) if reattached else launcher.spec
+        log.info("MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id)
         if handle.console_url:
             log.info("console: %s", handle.console_url)
-        try:
-            status = wait(
-                engine,
-                handle,
-                poll_interval=poll_interval,
-                on_status=lambda s: log.info("%s job %s: %s", engine.name, handle.ids, s.raw),
-            )
-        except BaseException:
-            log.info("cancelling %s job %s", engine.name, handle.ids)
-            engine.cancel(handle)
-            raise
+        status = wait_or_cancel(engine, handle, poll_interval=poll_interval, logger=log)
         result = launcher.outcome(handle, status)
         log.info("%s", job_summary(engine, handle, result.to_dict()))
         return result
@@ -320,5 +314,5 @@ def run_remote(
         launcher.end_failed(err)
         raise
     finally:
-        if handle is not None:
+        if handle is not None:  # an EC2 cluster, whatever happened
             engine.teardown(handle)

@@ -308,7 +308,10 @@ def test_execution_timeout_during_the_wait_cancels_the_job(cloud):
             time.sleep(0.2)
         raise TaskTimeout()
 
-    with mock.patch("airflow_provider_dltrain.engines.wait", wait_then_time_out), pytest.raises(TaskTimeout):
+    with (
+        mock.patch("airflow_provider_dltrain.engines.lifecycle.wait", wait_then_time_out),
+        pytest.raises(TaskTimeout),
+    ):
         op.execute(_context(op.task_id))
     # the timeout struck while the operator waited on its running job, and the job was stopped
     (handle,) = waited
