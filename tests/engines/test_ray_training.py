@@ -30,16 +30,16 @@ HPARAMS = {"epochs": 2, "batch_size": 16, "seed": 3}
 TRAIN_PROCESS_NAMES = ("ray::RayTrainWorker", "ray::TrainController")
 
 
-NODE_ENV = {"DLTRAIN_TEST_NODE_VARIABLE": "given"}  # as fake_aws_server.env would be, for S3 on the fake
 _CLUSTER_PIDS: list[int] = []
 
 
 @pytest.fixture(scope="module")
-def ray_cluster_env():
-    """The nodes' variables; torn down after the plugin's ``ray_cluster``, so it checks what that left."""
+def ray_cluster_env(fake_aws_server):
+    """The nodes' variables: the fake AWS's, so Ray workers reach its S3 (as the docs' conftest does).
+    Torn down after the plugin's ``ray_cluster``, so it checks what that left."""
     import psutil
 
-    yield NODE_ENV
+    yield fake_aws_server.env
     left = []
     for pid in _CLUSTER_PIDS:
         try:
@@ -57,7 +57,7 @@ def cluster(ray_cluster):
     commands = {p.pid: " ".join(p.cmdline()) for p in procs}
     assert any("ray.util.client.server" in c for c in commands.values()), commands
     (raylet, *_) = [p for p in procs if p.name() == "raylet"]
-    assert raylet.environ()["DLTRAIN_TEST_NODE_VARIABLE"] == "given"
+    assert raylet.environ()["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")  # ray_cluster_env's
     _CLUSTER_PIDS.extend(commands)
     yield ray_cluster
 
@@ -127,7 +127,15 @@ def _wait_running(env, contains, timeout=90.0):
     raise AssertionError(f"no RUNNING Ray job named *{contains}*: {_jobs(env, contains)}")
 
 
-def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, deferrable=False, **options):
+def _operator(
+    env,
+    task_id,
+    train_fn="sm_train_fns:demo_train",
+    hparams=None,
+    deferrable=False,
+    aws_conn_id=None,
+    **options,
+):
     from airflow_provider_dltrain.operators.training import TrainModelOperator
 
     return TrainModelOperator(
@@ -139,7 +147,7 @@ def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, de
         backend="ray",
         backend_options={**env["options"], **options},
         mlflow_conn_id="mlflow_ray",
-        aws_conn_id=None,
+        aws_conn_id=aws_conn_id,
         poll_interval=0.5,
         deferrable=deferrable,
     )
@@ -322,15 +330,25 @@ def test_killing_the_task_stops_the_job_and_its_workers_and_ends_the_mlflow_run_
     # ray_env's exit: no Ray Train worker or controller is left
 
 
-def test_a_failing_worker_fails_the_task_with_its_rank_and_reason(ray_env):
+def test_a_failing_worker_fails_the_task_with_its_rank_and_reason(ray_env, fake_aws):
+    """Staged on the fake AWS's S3: the launcher through the connection ``aws``, the Ray job's driver
+    and workers through the variables the cluster's nodes got (``ray_cluster_env``)."""
     from airflow_provider_dltrain.exceptions import TrainingFailedError
 
-    op = _operator(ray_env, "train_fails", train_fn="sm_train_fns:failing_train")
+    fake_aws.create_bucket("ray-staging")
+    staging = f"s3://ray-staging/{uuid.uuid4().hex[:8]}"
+    op = _operator(
+        ray_env, "train_fails", train_fn="sm_train_fns:failing_train", aws_conn_id="aws", staging_uri=staging
+    )
     with pytest.raises(TrainingFailedError) as failed:
         op.execute(_context(op.task_id))
     message = str(failed.value)
     assert "ray job dltrain-train-fails-" in message and "ended FAILED" in message
     assert "training failed on rank 1 of 2: ValueError: boom on rank 1" in message and "Traceback" in message
-    spec = json.loads(next((ray_env["tmp"] / "staging" / "runs").glob("*/1/spec.json")).read_text())
+    s3 = fake_aws.client("s3")
+    prefix = staging.removeprefix("s3://ray-staging/")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ray-staging", Prefix=prefix)["Contents"]]
+    (spec_key,) = [k for k in keys if k.endswith("/1/spec.json")]
+    spec = json.loads(s3.get_object(Bucket="ray-staging", Key=spec_key)["Body"].read())
     run = _run(ray_env, spec["mlflow_run_id"])
     assert run.info.status == "FAILED" and "boom on rank 1" in run.data.tags["dltrain.failure"]
