@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -53,6 +54,33 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 # Amazon Linux 2023 from its SSM public parameter; a Deep Learning AMI's parameter is better for GPUs.
 DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 GONE = {"shutting-down", "terminated", "stopping", "stopped"}
+
+
+@dataclass(frozen=True)
+class Ec2Options:
+    """``engine_options`` of :class:`Ec2Engine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    instance_type: str = "m5.xlarge"
+    instance_count: int = 2
+    procs_per_node: int = 1
+    launcher: str = "torchrun"
+    horovod_controller: str = "gloo"
+    image_id: str | None = None
+    ami_parameter: str = DEFAULT_AMI_PARAMETER
+    instance_profile: str | None = None
+    subnet_id: str | None = None
+    security_group_ids: Sequence[str] = ()
+    max_minutes: int = 240
+    master_port: int = 29500
+    setup_commands: Sequence[str] = ()
+    python: str = "python3"
+    env: Mapping[str, str] | None = None
+    secret_env: Mapping[str, str] | None = None
+    key_name: str | None = None
+    tracking_secret: str | None = None
+    run_instances: Mapping[str, Any] | None = None
+    region: str | None = None
 
 
 class Ec2Engine(TrainingEngine):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -39,6 +40,18 @@ STEP_STATES = {
 }
 ACTIVE_CLUSTER = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 ACTIVE_STEP = ["PENDING", "RUNNING", "CANCEL_PENDING"]
+
+
+@dataclass(frozen=True)
+class EmrOptions:
+    """``engine_options`` of :class:`EmrEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    cluster_id: str | None = None
+    job_flow: Mapping[str, Any] | None = None
+    venv_archive_uri: str | None = None
+    spark_submit_args: Sequence[str] = ()
+    region: str | None = None
 
 
 class EmrEngine(StagedResults):

@@ -8,6 +8,7 @@ Runs are named after the task and tagged, so a retry finds the run an earlier tr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -37,6 +38,20 @@ STATES = {
     "CANCELLED": CANCELLED,
 }
 ACTIVE = ["SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING"]
+
+
+@dataclass(frozen=True)
+class EmrServerlessOptions:
+    """``engine_options`` of :class:`EmrServerlessEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    application_id: str
+    execution_role_arn: str
+    venv_archive_uri: str | None = None
+    spark_submit_parameters: str = ""
+    log_uri: str | None = None
+    execution_timeout_minutes: int = 120
+    region: str | None = None
 
 
 class EmrServerlessEngine(StagedResults):

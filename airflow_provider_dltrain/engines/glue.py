@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -46,6 +47,23 @@ STATES = {
 }
 ACTIVE = ("STARTING", "WAITING", "RUNNING", "STOPPING")
 DEFAULT_MODULES = ("deltalake==1.6.6", "tenacity>=9")
+
+
+@dataclass(frozen=True)
+class GlueOptions:
+    """``engine_options`` of :class:`GlueEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    role: str
+    job_name: str | None = None
+    glue_version: str = "5.0"
+    worker_type: str = "G.1X"
+    number_of_workers: int = 2
+    additional_python_modules: Sequence[str] = DEFAULT_MODULES
+    default_arguments: Mapping[str, str] | None = None
+    max_concurrent_runs: int = 16
+    timeout_minutes: int = 120
+    region: str | None = None
 
 
 class GlueEngine(StagedResults):

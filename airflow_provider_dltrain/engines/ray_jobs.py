@@ -31,6 +31,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -63,6 +64,24 @@ ENGINE_ENV = "DLTRAIN_ENGINE"
 OPTIONS_ENV = "DLTRAIN_RAY_TRAIN"  # JSON: the driver's ScalingConfig / RunConfig settings
 RESULT_KEY = "dltrain.result_uri"  # job metadata: where the job writes its result (find reads it)
 PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """``engine_options`` of :class:`RayEngine`, typed: the keyword arguments its constructor takes."""
+
+    address: str
+    staging_uri: str
+    num_workers: int = 2
+    use_gpu: bool = False
+    resources_per_worker: Mapping[str, float] | None = None
+    placement_strategy: str = "PACK"
+    storage_path: str | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    dashboard_url: str | None = None
+    tracking_secret: str | None = None
+    environment: Mapping[str, str] | None = None
+    region: str | None = None
 
 
 class RayEngine(TrainingEngine):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,31 @@ def _launcher() -> bytes:
     from airflow_provider_dltrain.engines import sagemaker_launch
 
     return Path(sagemaker_launch.__file__ or "").read_bytes()
+
+
+@dataclass(frozen=True)
+class SageMakerOptions:
+    """``engine_options`` of :class:`SageMakerEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    role: str
+    image_uri: str | None = None
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int = 1
+    processes_per_host: int = 1
+    distribution: str = "torchrun"
+    use_spot: bool = False
+    max_run_s: int = 86400
+    max_wait_s: int | None = None
+    checkpoint_uri: str | None = None
+    tracking_secret: str | None = None
+    environment: Mapping[str, str] | None = None
+    volume_size_gb: int = 30
+    vpc_config: Mapping[str, Sequence[str]] | None = None
+    framework_version: str = "2.5"
+    py_version: str = "py311"
+    mpi_options: Sequence[str] = ()
+    region: str | None = None
 
 
 class SageMakerEngine(TrainingEngine):

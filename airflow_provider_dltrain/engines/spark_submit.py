@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -72,6 +73,17 @@ def _alive(pid: int, started: str | None = None) -> bool:
 
 def _running(handle: JobHandle) -> bool:
     return _alive(int(handle.ids["pid"]), handle.ids.get("started"))
+
+
+@dataclass(frozen=True)
+class SparkSubmitOptions:
+    """``engine_options`` of :class:`SparkSubmitEngine`, typed: the keyword arguments its constructor takes."""
+
+    master: str
+    staging_uri: str
+    spark_submit_args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    deploy_mode: str = "client"
 
 
 class SparkSubmitEngine(StagedResults):

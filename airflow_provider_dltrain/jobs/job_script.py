@@ -15,7 +15,15 @@ import tempfile
 def _fetch(uri, directory):
     target = os.path.join(directory, os.path.basename(uri.rstrip("/")) or "code.zip")
     if uri.startswith(("s3://", "s3a://")):
-        import boto3
+        try:
+            import boto3
+        except ImportError as err:  # the first import the job makes: say where its packages come from
+            raise ImportError(
+                f"{err}: this job's Python cannot fetch {uri}. Its packages (boto3, deltalake, pyarrow) "
+                "must come with the job: on EMR or EMR Serverless set the engine option venv_archive_uri "
+                "(a venv-pack archive holding them) or run an image that has them; on Glue name them in "
+                "additional_python_modules"
+            ) from err
 
         bucket, _, key = uri.split("://", 1)[1].partition("/")
         boto3.client("s3").download_file(bucket, key, target)

@@ -42,6 +42,17 @@ def identity_from(context: Context) -> RunIdentity:
     )
 
 
+def checked_options(engine: Any, options: Any, *, what: str = "engine") -> Any:
+    """``options`` (a dict, an engine's options dataclass, or a Jinja string) as the operator keeps them,
+    an unknown key refused now, while the DAG file is parsed (a templated value is checked when rendered)."""
+    from airflow_provider_dltrain.engines import check_engine_options, options_dict
+
+    if isinstance(options, str):
+        return options
+    check_engine_options(engine, options, what=what)
+    return options_dict(options)
+
+
 class EngineJobLink(BaseOperatorLink):
     """The service console page of the job this task ran (Glue run, EMR cluster, EMR Serverless run)."""
 

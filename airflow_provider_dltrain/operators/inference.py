@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
-from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
+from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun, checked_options
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 
@@ -104,7 +104,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         aws_conn_id: str | None = None,
         input_aws_conn_id: str | None = None,
         allow_pickle: bool = False,
-        engine_options: dict[str, Any] | None = None,
+        engine_options: Mapping[str, Any] | object | None = None,
         deferrable: bool = False,
         poll_interval: float = 15.0,
         force: bool | str = False,
@@ -132,7 +132,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         if not isinstance(allow_pickle, bool):
             raise ValueError(f"allow_pickle must be True or False, got {allow_pickle!r}")
         self.allow_pickle = allow_pickle
-        self.engine_options = engine_options or {}
+        self.engine_options = checked_options(engine, engine_options)
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._check_inputs(rendered=False)  # literal bad dates and partition values fail at parse too

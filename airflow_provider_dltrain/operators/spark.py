@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
 from airflow_provider_dltrain.jobs.stages import DeltaWriteOptions
-from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun
+from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun, checked_options
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.utils.input_checks import check_force, check_partition
@@ -44,7 +44,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
         ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"`` (any Spark cluster).
     :param engine_options: the engine's settings (templated), e.g. ``{"staging_uri": "s3://b/dltrain",
-        "role": "GlueRole"}`` for Glue; see the README's "Running on AWS".
+        "role": "GlueRole"}`` for Glue, or the engine's options dataclass (``engines.glue.GlueOptions``);
+        an unknown key fails when the DAG file is parsed. See the README's "Running on AWS".
     :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
     :param poll_interval: seconds between job state checks.
     :param write: a :class:`DeltaWriteOptions` (or its dict), ``partition_formats`` included.
@@ -82,7 +83,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         write: DeltaWriteOptions | dict[str, Any] | None = None,
         aws_conn_id: str | None = None,
         spark_conf: dict[str, str] | None = None,
-        engine_options: dict[str, Any] | None = None,
+        engine_options: Mapping[str, Any] | object | None = None,
         deferrable: bool = False,
         poll_interval: float = 15.0,
         force: bool | str = False,
@@ -103,7 +104,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         check_partition(partition, self.write_options_.get("partition_formats"), rendered=False)
         self.aws_conn_id = aws_conn_id
         self.spark_conf = spark_conf or {}
-        self.engine_options = engine_options or {}
+        self.engine_options = checked_options(engine, engine_options)
         self.deferrable = deferrable
         self.poll_interval = poll_interval
 

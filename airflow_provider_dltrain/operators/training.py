@@ -18,6 +18,7 @@ from airflow_provider_dltrain.operators.remote_training import (
 from airflow_provider_dltrain.operators.task_context import run_info
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.registry.config import mlflow_run_url
+from airflow_provider_dltrain.training.backends import checked_backend_options
 from airflow_provider_dltrain.training.finite import check_mode
 from airflow_provider_dltrain.utils.input_checks import check_dates
 
@@ -111,7 +112,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         data_filter: Any = None,
         data_cutoff: str | None = None,
         backend: Any = "local",
-        backend_options: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Any] | object | None = None,
         experiment_name: str | None = None,
         mlflow_conn_id: str = "mlflow_default",
         aws_conn_id: str | None = None,
@@ -131,7 +132,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.data_cutoff = data_cutoff
         check_dates({"data_cutoff": data_cutoff}, rendered=False)  # a literal bad date: refused at parse
         self.backend = backend
-        self.backend_options = dict(backend_options or {})
+        self.backend_options = checked_backend_options(backend, backend_options)  # unknown keys: at parse
         self.experiment_name = experiment_name
         self.mlflow_conn_id = mlflow_conn_id
         self.aws_conn_id = aws_conn_id

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -43,6 +44,13 @@ class Backend(Protocol):
     def world_size(self) -> int: ...
 
     def run(self, job: RankJob) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """``backend_options`` of ``backend="local"`` (:class:`LocalBackend`), typed: the keyword arguments its constructor takes."""
+
+    num_threads: int | None = None
 
 
 class LocalBackend:
@@ -80,6 +88,17 @@ def _default_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
+
+
+@dataclass(frozen=True)
+class TorchDistributorOptions:
+    """``backend_options`` of ``backend="torch_distributor"`` (:class:`TorchDistributorBackend`), typed: the keyword arguments its constructor takes."""
+
+    num_processes: int = 2
+    local_mode: bool = True
+    use_gpu: bool = False
+    spark_conf: Mapping[str, str] | None = None
+    run_uri: str | None = None
 
 
 class TorchDistributorBackend:
@@ -161,17 +180,64 @@ class TorchDistributorBackend:
         return output
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {
+_BUILT_IN: dict[str, Callable[..., Backend]] = {
     LocalBackend.name: LocalBackend,
     TorchDistributorBackend.name: TorchDistributorBackend,
     ForkedDDPBackend.name: ForkedDDPBackend,
     HorovodBackend.name: HorovodBackend,
 }
+BACKENDS: dict[str, Callable[..., Backend]] = dict(_BUILT_IN)
 
 
 def register_backend(name: str, factory: Callable[..., Backend]) -> None:
     """Make ``backend=name`` resolve to ``factory(**backend_options)`` (e.g. a SageMaker or EC2 backend)."""
     BACKENDS[name] = factory
+
+
+def backend_options_class(name: str) -> type | None:
+    """The options dataclass of a built-in backend ``name`` (a training engine's included)."""
+    from airflow_provider_dltrain.engines import options_class
+    from airflow_provider_dltrain.training.forked import DdpOptions
+    from airflow_provider_dltrain.training.horovod_backend import HorovodOptions
+
+    classes: dict[str, type] = {
+        LocalBackend.name: LocalOptions,
+        TorchDistributorBackend.name: TorchDistributorOptions,
+        ForkedDDPBackend.name: DdpOptions,
+        HorovodBackend.name: HorovodOptions,
+    }
+    return classes.get(name) or options_class(name)
+
+
+def check_backend_options(backend: Any, options: Any) -> None:
+    """Refuse an option the named backend does not take, naming it and listing the valid ones.
+
+    A backend object, a templated name, a Jinja string of options or a backend registered with
+    :func:`register_backend` under a name of its own are not checked here.
+    """
+    import dataclasses
+
+    from airflow_provider_dltrain.engines import options_dict
+
+    if not isinstance(backend, str) or "{{" in backend or isinstance(options, str) or not options:
+        return
+    cls = backend_options_class(backend)
+    if cls is None or BACKENDS.get(backend) not in (None, *_BUILT_IN.values()):
+        return
+    valid = sorted(f.name for f in dataclasses.fields(cls))
+    for key in sorted(options_dict(options), key=str):
+        if key not in valid:
+            raise InvalidSpecError(
+                f"unknown backend option {key!r} for backend {backend!r}; valid: {', '.join(valid)}"
+            )
+
+
+def checked_backend_options(backend: Any, options: Any) -> dict[str, Any]:
+    """``options`` (a dict or the backend's options dataclass) as a dict, an unknown key refused."""
+    from airflow_provider_dltrain.engines import options_dict
+
+    check_backend_options(backend, options)
+    return options_dict(options)
 
 
 def get_backend(backend: str | Backend | None, options: Mapping[str, Any] | None = None) -> Backend:
@@ -182,8 +248,10 @@ def get_backend(backend: str | Backend | None, options: Mapping[str, Any] | None
         factory = BACKENDS.get(backend)
         if factory is None:
             raise InvalidSpecError(f"unknown training backend {backend!r}; known: {sorted(BACKENDS)}")
+        from airflow_provider_dltrain.engines import options_dict
+
         try:
-            return factory(**dict(options or {}))
+            return factory(**options_dict(options))
         except TypeError as err:
             raise InvalidSpecError(
                 f"backend_options {dict(options or {})} do not fit backend {backend!r}: {err}"

@@ -31,6 +31,7 @@ import pickle
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -58,6 +59,13 @@ PRELOAD = (
     "airflow_provider_dltrain.training.loader",
 )
 _PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class DdpOptions:
+    """``backend_options`` of ``backend="ddp"`` (:class:`ForkedDDPBackend`), typed: the keyword arguments its constructor takes."""
+
+    num_processes: int = 2
 
 
 class ForkedDDPBackend:

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, MissingExtraError
@@ -162,6 +163,16 @@ def main(argv: list[str]) -> int:
     with open(argv[0], "rb") as handle:
         run_horovod_rank(handle.read())
     return 0
+
+
+@dataclass(frozen=True)
+class HorovodOptions:
+    """``backend_options`` of ``backend="horovod"`` (:class:`HorovodBackend`), typed: the keyword arguments its constructor takes."""
+
+    num_processes: int = 2
+    hosts: str | None = None
+    run_uri: str | None = None
+    start_timeout: int = 60
 
 
 class HorovodBackend:

@@ -274,12 +274,13 @@ def run_remote(
     running; waits (progress in the log); tears down what the job created (an EC2 cluster) whatever
     happens; an interrupted wait (Ctrl-C) stops the job and ends its MLflow run FAILED.
     """
+    from airflow_provider_dltrain.engines import options_dict
     from airflow_provider_dltrain.engines.base import job_summary
     from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
     from airflow_provider_dltrain.engines.training_engine import get_training_engine
     from airflow_provider_dltrain.lake.ref import DeltaRef
 
-    options = dict(backend_options or {})
+    options = options_dict(backend_options)
     engine = get_training_engine(backend, clients or boto3_clients(options.get("region")), options)
     launcher = RemoteLauncher(
         engine,

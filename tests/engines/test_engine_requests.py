@@ -268,3 +268,14 @@ def test_job_summary_of_a_scoring_job_and_an_unchanged_etl_job_names_rows_versio
         JobFailedError, match=r"boom\. Nothing was committed by it\. Logs: driver log /logs/job.log"
     ):
         outcome(engine, failed, JobStatus("FAILED", "FAILED"))
+
+
+def test_a_job_whose_python_lacks_boto3_fails_naming_venv_archive_uri(tmp_path, monkeypatch):
+    """An EMR (Serverless) job on a bare image with no archive: the first import fails, saying what to set."""
+    import sys
+
+    from airflow_provider_dltrain.jobs import job_script
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # what a bare Python without the archive has
+    with pytest.raises(ImportError, match=r"boto3.*the engine option venv_archive_uri"):
+        job_script._fetch("s3://bucket/code/bundle.zip", str(tmp_path))
