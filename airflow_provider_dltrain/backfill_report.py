@@ -57,7 +57,8 @@ class DateReport:
     """What the newest run for ``ds`` did.
 
     ``verdict``: ``computed`` (everything it wrote was the first of its kind: a first run), ``reproduced``, ``recomputed``,
-    ``changed``, ``failed`` or ``no run``.
+    ``changed``, ``failed``, ``in progress`` (queued or running) or ``no run``. ``notes`` say what to do
+    when the run is stuck or was stopped by a cancelled backfill (see :func:`stall_notes`).
     """
 
     dag_id: str
@@ -213,7 +214,10 @@ def explain(
             report.changes.append(_training_change(look, run))
     for task_id, job in sorted((newest.get("jobs") or {}).items()):
         report.jobs.append(f"{task_id}: {_job_words(job)}")
-    if newest.get("state") not in ("success", "DagRunState.SUCCESS"):
+    state = str(newest.get("state") or "").rsplit(".", 1)[-1].lower()
+    if state in ("queued", "running"):
+        report.verdict = "in progress"
+    elif state != "success":
         report.verdict = "failed"
     elif report.changes:
         first = all(
@@ -365,10 +369,77 @@ def backfill_report(
     outcomes = run_outcomes(dag_id, start, end)
     look = _Lookups(tracking, storage_options)
     days = (end - start).days + 1
-    return [
+    reports = [
         explain(dag_id, ds, outcomes.get(ds, []), lookups=look)
         for ds in ((start + timedelta(days=i)).isoformat() for i in range(days))
     ]
+    newest = {ds: runs[-1] for ds, runs in outcomes.items() if runs}
+    for report in reports:
+        report.notes += stall_notes(report.ds, newest)
+    return reports
+
+
+_WAITING = {"none", "scheduled", "queued", "up_for_reschedule", "deferred"}
+
+
+def _state(value: Any) -> str:
+    return str(value or "none").rsplit(".", 1)[-1].lower()
+
+
+def stall_notes(ds: str, newest: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What to do about the newest run of ``ds`` when Airflow will not finish it by itself.
+
+    ``newest``: date -> the newest run of that date (:func:`run_outcomes`' entries). Three cases seen
+    with Airflow 3.3's backfills (LocalExecutor; see docs/backfills.md):
+
+    - the run failed before any task started and its backfill is completed: cancelling a backfill
+      fails its queued runs; they are not failures of the date;
+    - the run is queued in a completed (cancelled) backfill: the scheduler never starts it
+      (apache/airflow#72054);
+    - the run is queued while every run slot of its live backfill is held by later dates, one of
+      which waits on a task (``depends_on_past``) that only this date's run can finish: clearing a
+      failed date in the middle of a backfill leaves it so.
+    """
+    run = newest.get(ds)
+    if not run:
+        return []
+    backfill = run.get("backfill") or {}
+    state = _state(run.get("state"))
+    started = any((t or {}).get("start") for t in (run.get("tries") or {}).values())
+    if state == "failed" and backfill.get("completed") and not started:
+        return [
+            f"stopped before any task ran when backfill {backfill.get('id')} was cancelled, not a failure of "
+            "this date: backfill it again (reprocess 'Missing and Errored Runs')"
+        ]
+    if state != "queued" or not backfill:
+        return []
+    if backfill.get("completed"):
+        return [
+            f"queued in backfill {backfill.get('id')}, which was cancelled: Airflow never starts it "
+            "(apache/airflow#72054). Mark the run failed (grid: the run -> Mark as failed), then backfill "
+            "the date again (reprocess 'Missing and Errored Runs')"
+        ]
+    holders = sorted(
+        (other_ds, other)
+        for other_ds, other in newest.items()
+        if other_ds > ds
+        and (other.get("backfill") or {}).get("id") == backfill.get("id")
+        and _state(other.get("state")) == "running"
+    )
+    limit = backfill.get("max_active_runs") or 0
+    blocked = [
+        other_ds
+        for other_ds, other in holders
+        if any(_state(s) in _WAITING for s in (other.get("tasks") or {}).values())
+    ]
+    if holders and len(holders) >= limit and len(blocked) == len(holders):
+        later = ", ".join(other_ds for other_ds, _ in holders)
+        return [
+            f"waits for a run slot of backfill {backfill.get('id')} (max_active_runs {limit}) held by {later}, "
+            f"which wait(s) for this date's tasks (depends_on_past): clear {later} and the dates after it "
+            "too (Clear -> 'Future'), so the backfill runs the dates in order again"
+        ]
+    return []
 
 
 def format_line(report: DateReport) -> list[str]:
@@ -382,6 +453,7 @@ def format_line(report: DateReport) -> list[str]:
         "changed": "changed",
         "computed": "computed: first write of every output",
         "failed": "FAILED: the run did not succeed",
+        "in progress": "in progress: the run is queued or running",
     }.get(report.verdict, report.verdict)
     lines = [f"{report.ds}  {words} ({runs}: {report.run_id})"]
     lines += [f"    {c}" for c in report.changes]

@@ -17,9 +17,12 @@ JOB_XCOM_KEY = "dltrain_job"
 def run_outcomes(dag_id: str, start: date, end: date) -> dict[str, list[dict[str, Any]]]:
     """Every run of ``dag_id`` whose data interval starts in [start, end], oldest first, per date.
 
-    Each run: ``run_id``, ``state``, ``tasks`` (task id → state), ``xcom`` (task id → return value)
-    and ``jobs`` (task id → the cloud job it submitted). Reads Airflow's metadata database.
+    Each run: ``run_id``, ``state``, ``tasks`` (task id → state), ``xcom`` (task id → return value),
+    ``jobs`` (task id → the cloud job it submitted) and ``backfill`` (the backfill it belongs to:
+    ``id``, ``completed``, ``paused``, ``max_active_runs``; None for a scheduled or manual run).
+    Reads Airflow's metadata database.
     """
+    from airflow.models.backfill import Backfill
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
@@ -63,6 +66,7 @@ def run_outcomes(dag_id: str, start: date, end: date) -> dict[str, list[dict[str
             if run.data_interval_start is None:  # excluded by the query; for the type checker
                 continue
             ds = run.data_interval_start.date().isoformat()
+            backfill = session.get(Backfill, run.backfill_id) if getattr(run, "backfill_id", None) else None
             out.setdefault(ds, []).append(
                 json.loads(
                     json.dumps(
@@ -73,9 +77,21 @@ def run_outcomes(dag_id: str, start: date, end: date) -> dict[str, list[dict[str
                             "tries": tries,
                             "xcom": values,
                             "jobs": jobs,
+                            "backfill": _backfill(backfill),
                         },
                         default=str,
                     )
                 )
             )
     return out
+
+
+def _backfill(backfill: Any) -> dict[str, Any] | None:
+    if backfill is None:
+        return None
+    return {
+        "id": backfill.id,
+        "completed": backfill.completed_at is not None,
+        "paused": bool(backfill.is_paused),
+        "max_active_runs": backfill.max_active_runs,
+    }

@@ -97,3 +97,67 @@ def test_a_date_without_a_run_and_a_failed_run_say_so(tmp_path):
     _write(uri, "a" * 64)
     failed = {**_run(uri, 0, 1), "state": "failed"}
     assert explain(DAG, DS, [failed]).verdict == "failed"
+
+
+def _bf_run(state, tasks, *, backfill_id=1, completed=False, started=True, max_active_runs=1):
+    """A backfill run as run_outcomes gives it: the cases below were seen under a real scheduler."""
+    start = "2026-01-02T00:00:00+00:00" if started else None
+    return {
+        "run_id": f"backfill__{state}",
+        "state": state,
+        "tasks": tasks,
+        "tries": {t: {"try_number": 1 if started else 0, "start": start} for t in tasks},
+        "xcom": {},
+        "jobs": {},
+        "backfill": {
+            "id": backfill_id,
+            "completed": completed,
+            "paused": completed,
+            "max_active_runs": max_active_runs,
+        },
+    }
+
+
+def test_a_queued_or_running_date_is_in_progress_not_failed():
+    from airflow_provider_dltrain.backfill_report import format_line
+
+    report = explain(DAG, DS, [_bf_run("queued", {"first": "none", "second": "none"}, started=False)])
+    assert report.verdict == "in progress"
+    assert format_line(report)[0].startswith(f"{DS}  in progress: the run is queued or running")
+
+
+def test_runs_a_cancelled_backfill_failed_before_they_ran_say_to_backfill_them_again():
+    from airflow_provider_dltrain.backfill_report import stall_notes
+
+    stopped = _bf_run("failed", {"first": "none", "second": "none"}, completed=True, started=False)
+    (note,) = stall_notes("2026-01-04", {"2026-01-04": stopped})
+    assert "backfill 1 was cancelled" in note and "Missing and Errored Runs" in note
+    really_failed = _bf_run("failed", {"first": "failed", "second": "upstream_failed"}, completed=True)
+    assert stall_notes("2026-01-04", {"2026-01-04": really_failed}) == []
+
+
+def test_a_run_queued_in_a_cancelled_backfill_names_the_airflow_bug_and_the_way_out():
+    from airflow_provider_dltrain.backfill_report import stall_notes
+
+    stranded = _bf_run("queued", {"first": "none"}, completed=True, started=False)
+    (note,) = stall_notes("2026-01-04", {"2026-01-04": stranded})
+    assert "apache/airflow#72054" in note and "Mark as failed" in note
+
+
+def test_a_cleared_date_behind_a_later_run_holding_the_only_slot_says_to_clear_the_future_too():
+    """Seen: backfill of 8 dates, max_active_runs 1, date 3 failed; clearing it queued it while date 4
+    ran and waited for date 3's ``second`` (depends_on_past): neither moved again."""
+    from airflow_provider_dltrain.backfill_report import stall_notes
+
+    newest = {
+        "2026-01-02": _bf_run("success", {"first": "success", "second": "success"}),
+        "2026-01-03": _bf_run("queued", {"first": "none", "second": "none"}),
+        "2026-01-04": _bf_run("running", {"first": "success", "second": "none"}),
+        "2026-01-05": _bf_run("queued", {"first": "none", "second": "none"}, started=False),
+    }
+    (note,) = stall_notes("2026-01-03", newest)
+    assert "held by 2026-01-04" in note and "'Future'" in note
+    assert stall_notes("2026-01-05", newest) == []  # behind it in date order: it waits its turn
+    # with a free slot (max_active_runs 2) the scheduler starts the cleared date itself
+    roomy = {ds: {**run, "backfill": {**run["backfill"], "max_active_runs": 2}} for ds, run in newest.items()}
+    assert stall_notes("2026-01-03", roomy) == []
