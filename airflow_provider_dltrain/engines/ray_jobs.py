@@ -179,27 +179,45 @@ class RayEngine(TrainingEngine):
                 raise JobFailedError(f"cannot use the Ray Jobs API at {self.address}: {err}") from err
         return self._client
 
+    # tenacity's sleep, which a test replaces to see the waits without waiting them
+    _sleep: Any = staticmethod(time.sleep)
+
     def _call(self, what: str, call: Any, *args: Any) -> Any:
         """A Jobs API call, tried again on a dropped connection (Ray's client retries nothing).
 
-        Three tries over about 10 s; then :class:`JobFailedError`, which Airflow retries as a new try
-        that re-attaches to the job (``find``). Errors the cluster answers with are raised at once.
+        Three tries over about 7 s (waits of 2 s and 5 s); then :class:`JobFailedError`, which Airflow
+        retries as a new try that re-attaches to the job (``find``). Errors the cluster answers with
+        are raised at once.
         """
         import requests
+        from tenacity import (
+            RetryError,
+            Retrying,
+            retry_if_exception_type,
+            stop_after_attempt,
+            wait_incrementing,
+        )
 
-        for attempt in range(3):
-            try:
-                return call(*args)
-            except (requests.ConnectionError, requests.Timeout) as err:
-                if attempt == 2:
-                    raise JobFailedError(
-                        f"the Ray Jobs API at {self.address} did not answer {what}: {err}"
-                    ) from err
-                log.warning(
-                    "the Ray Jobs API at %s did not answer %s (%s): trying again", self.address, what, err
-                )
-                time.sleep(2.0 + 3.0 * attempt)
-        raise AssertionError("unreachable")
+        def warn(state: Any) -> None:
+            err = state.outcome.exception()
+            log.warning(
+                "the Ray Jobs API at %s did not answer %s (%s): trying again", self.address, what, err
+            )
+
+        retrying = Retrying(
+            retry=retry_if_exception_type((requests.ConnectionError, requests.Timeout)),
+            stop=stop_after_attempt(3),
+            wait=wait_incrementing(start=2.0, increment=3.0),
+            before_sleep=warn,
+            sleep=self._sleep,
+        )
+        try:
+            return retrying(call, *args)
+        except RetryError as err:
+            last = err.last_attempt.exception()
+            raise JobFailedError(
+                f"the Ray Jobs API at {self.address} did not answer {what}: {last}"
+            ) from last
 
     # -- request -----------------------------------------------------------------------------------
     def driver_options(self) -> dict[str, Any]:

@@ -145,8 +145,10 @@ def test_cancel_terminates_every_instance_and_its_processes(ec2_env):
     engine = _engine(ec2_env)
     handle = engine.submit(_staged(ec2_env, {"sleep": 300}))
     try:
-        time.sleep(1.0)
-        assert engine.poll(handle).state in ("PENDING", "RUNNING")
+        deadline = time.monotonic() + 60  # cancel a job that has started, not one still launching
+        while (state := engine.poll(handle).state) == "PENDING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state == "RUNNING"
     finally:
         engine.cancel(handle)
     status = engine.poll(handle)

@@ -89,3 +89,40 @@ def test_the_driver_turns_every_restart_of_ray_train_off():
     limits = _no_restarts(FailureConfig)
     assert limits["max_failures"] == 0 and set(limits.values()) == {0}
     FailureConfig(**limits)  # every name is one this Ray knows
+
+
+def test_a_dropped_connection_is_tried_again_twice_then_fails_the_try_naming_the_call(caplog):
+    import requests
+
+    from airflow_provider_dltrain.engines import JobFailedError
+
+    engine, sleeps, calls = _engine(), [], []
+    engine._sleep = sleeps.append
+
+    def flaky(answer_on: int):
+        def call(job_id):
+            calls.append(job_id)
+            if len(calls) < answer_on:
+                raise requests.ConnectionError("connection reset")
+            return "RUNNING"
+
+        return call
+
+    assert engine._call("get_job_status", flaky(3), "j1") == "RUNNING"
+    assert (calls, sleeps) == (["j1"] * 3, [2.0, 5.0])
+    assert caplog.text.count("did not answer get_job_status (connection reset): trying again") == 2
+
+    calls.clear()
+    sleeps.clear()
+    with pytest.raises(JobFailedError, match=r"did not answer get_job_status: connection reset$") as err:
+        engine._call("get_job_status", flaky(99), "j2")
+    assert isinstance(err.value.__cause__, requests.ConnectionError) and len(calls) == 3
+
+    def refused(job_id):
+        calls.append(job_id)
+        raise RuntimeError("the cluster answered: no such job")
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="no such job"):
+        engine._call("get_job_status", refused, "j3")
+    assert calls == ["j3"]

@@ -152,7 +152,11 @@ def test_etl_scoring_and_lineage_each_reach_their_tables_through_their_own_conne
     ).execute(_context())
     assert traced["scored_input_commit"]["uri"] == features_uri
     # the prediction table's connection cannot reach the input's bucket
-    with pytest.raises(Exception, match=world.lake):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dltrain.exceptions import TableNotFoundError
+
+    with pytest.raises(AirflowFailException, match=world.lake) as info:
         DeltaLineageOperator(
             task_id="lineage",
             table_uri=scores_uri,
@@ -160,6 +164,7 @@ def test_etl_scoring_and_lineage_each_reach_their_tables_through_their_own_conne
             mlflow_conn_id="mlflow_s3test",
             aws_conn_id=conn_b,
         ).execute(_context())
+    assert isinstance(info.value.__cause__, TableNotFoundError)
 
 
 def test_a_connection_without_credentials_fails_naming_the_table(world, monkeypatch):

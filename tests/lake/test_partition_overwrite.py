@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dltrain import lake
-from airflow_provider_dltrain.exceptions import InvalidPartitionError, SchemaMismatchError
+from airflow_provider_dltrain.exceptions import InvalidPartitionError, InvalidSpecError, SchemaMismatchError
 
 
 def _rows(uri):
@@ -44,7 +44,7 @@ def test_an_empty_partition_spec_is_refused_never_a_whole_table_overwrite(tmp_pa
 
 
 def test_rows_of_another_partition_in_the_data_are_refused(tmp_path):
-    with pytest.raises(Exception, match="2026-11-28"):
+    with pytest.raises(InvalidSpecError, match="2026-11-28"):
         lake.overwrite_partition(
             str(tmp_path / "t"), pa.table({"x": [1], "ds": ["2026-11-27"]}), {"ds": "2026-11-28"}
         )

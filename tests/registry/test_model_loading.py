@@ -60,7 +60,9 @@ def test_mlflow_refuses_pickle_even_if_our_inspection_were_fooled_and_the_env_is
         monkeypatch.setenv(loading.ALLOW_PICKLE_ENV, callers_value)
     monkeypatch.setattr(loading, "inspect_dir", lambda path: loading.ModelFormat(loading.PT2, "fooled"))
 
-    with pytest.raises(Exception, match="Deserializing model using pickle is disallowed"):
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException, match="Deserializing model using pickle is disallowed"):
         load_version(tracking, mv)
     assert os.environ.get(loading.ALLOW_PICKLE_ENV) == callers_value
 

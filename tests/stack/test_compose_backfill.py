@@ -329,10 +329,12 @@ def test_mlflow_refuses_anonymous_writes_and_the_stack_user_may_write(stack):
 
 
 def test_the_fake_aws_refuses_other_keys_and_its_jobs_get_none_of_its_secrets(stack):
+    from botocore.exceptions import ClientError
+
     from airflow_provider_dltrain.testing.fake_aws_process import client
 
     key, secret, endpoint = stack["s3"]
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ClientError) as info:
         client("s3", endpoint, credentials=("nobody", "wrong")).list_buckets()
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     assert "lake" in {

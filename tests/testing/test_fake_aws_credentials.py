@@ -70,9 +70,11 @@ def test_a_call_with_other_credentials_is_refused_and_runs_nothing(fake, tmp_pat
     _refused(lambda: s3.put_object(Bucket="scripts", Key="env.py", Body=b"import os"), s3_code)
     _refused(lambda: s3.list_objects_v2(Bucket="scripts"), s3_code)
     _refused(lambda: s3.head_object(Bucket="scripts", Key="env.py"))
-    time.sleep(0.5)  # a run, had one started, would have written by now (the executor polls every 0.1 s)
-    assert not out.exists()
+    # refused before they reached the service: no job, so no run was recorded that could still start
     assert "intruder" not in fake.client("glue").list_jobs()["JobNames"]
+    with pytest.raises(ClientError, match="EntityNotFoundException"):
+        fake.client("glue").get_job_runs(JobName="intruder")
+    assert not out.exists()
     body = fake.client("s3").get_object(Bucket="scripts", Key="env.py")["Body"].read()
     assert body == SCRIPT.encode()
 
