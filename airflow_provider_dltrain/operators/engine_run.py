@@ -175,14 +175,29 @@ class EngineRun:
         handle = JobHandle.from_dict(event["handle"])
         return self._finish(self._engine(), handle, event)
 
-    def kill_job(self) -> None:
-        """Cancel the running job and tear down what it created (``on_kill``)."""
+    def kill_job(self) -> bool:
+        """Cancel the running job and tear down what it created (``on_kill``); return whether it did.
+
+        A try stopped because the task was cleared while it ran leaves its job running: the next
+        try finds it by name and re-attaches (see :mod:`~airflow_provider_dltrain.operators.cleared`).
+        """
+        from airflow_provider_dltrain.engines.base import describe_ids
         from airflow_provider_dltrain.engines.lifecycle import stop_job
+        from airflow_provider_dltrain.operators import cleared
 
         if self._job is None:
-            return
+            return True
         engine, handle = self._job
+        if cleared.cleared_while_running(self):
+            self.log.info(
+                "The task was cleared while its job ran (%s): leaving the job running; the next try "
+                "re-attaches to it instead of starting another.",
+                describe_ids(handle),
+            )
+            self._job = None
+            return False
         try:
             stop_job(engine, handle, logger=self.log)
         finally:
             self._job = None
+        return True

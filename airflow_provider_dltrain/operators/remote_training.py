@@ -125,10 +125,13 @@ class RemoteTraining(EngineRun):
             raise
 
     def kill_remote_job(self) -> None:
-        """``on_kill``: stop the job, end the MLflow run FAILED."""
+        """``on_kill``: stop the job, end the MLflow run FAILED (unless the task was cleared: the job
+        and its run go on, and the next try re-attaches to them)."""
+        stopped = True
         try:
-            self.kill_job()
+            stopped = self.kill_job()
         finally:
-            from airflow_provider_dltrain.training.tracking import KILLED
+            if stopped:
+                from airflow_provider_dltrain.training.tracking import KILLED
 
-            self._end_failed(RuntimeError(KILLED))
+                self._end_failed(RuntimeError(KILLED))
