@@ -111,6 +111,10 @@ class ReapFailedError(DltrainTransientError):
     """Some leaked cloud resources could not be stopped; the message lists them and the service's errors."""
 
 
+class ExtraTrackingError(DltrainTransientError):
+    """A tracking target beside MLflow (W&B) failed and its spec says ``required``; retried as an outage."""
+
+
 class TrainingFailedError(DltrainError):
     """A training worker failed; the message carries the failing rank's traceback."""
 

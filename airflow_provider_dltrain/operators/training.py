@@ -87,6 +87,10 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     :param non_finite: a NaN or infinite metric fails the task without retries, the MLflow run ends
         FAILED and no model is logged: ``"fail_at_end"`` (default, final values), ``"fail_at_any_step"``
         (every logged value) or ``"allow"`` (the run is tagged ``dltrain.non_finite``).
+    :param extra_tracking: tracking targets beside MLflow (in-process backends), e.g. ``{"wandb":
+        {"project": "digits", "entity": "team", "mode": "offline", "required": False}}``: rank 0 also
+        records the run in W&B with this task try's dag_id, run_id, task_id and try_number (see
+        :mod:`airflow_provider_dltrain.training.wandb_tracking`); checked when the DAG is parsed.
     """
 
     template_fields: Sequence[str] = (
@@ -122,6 +126,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         poll_interval: float = 30.0,
         trial: Any = None,
         non_finite: str = "fail_at_end",
+        extra_tracking: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +147,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.poll_interval = float(poll_interval)
         self.trial = trial
         self.non_finite = check_mode(non_finite)  # refused when the DAG file is parsed
+        self.extra_tracking = _checked_extra_tracking(extra_tracking, backend)
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.operators.task_context import storage_options_for
@@ -200,6 +206,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
                 code_version=self.code_version or None,
                 early_stopping=_trial_stopping(trial),
                 non_finite=self.non_finite,
+                extra_tracking=self.extra_tracking,
                 **run,
             )
         if trial:
@@ -329,6 +336,20 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
                 )
         self.log.info("No registered %s version has these inputs for cut-off %s: training.", name, cutoff)
         return None
+
+
+def _checked_extra_tracking(value: Mapping[str, Any] | None, backend: Any) -> dict[str, Any] | None:
+    """``extra_tracking`` refused at parse time when malformed or given to a cloud backend."""
+    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
+
+    if parse_extra_tracking(value) is None:
+        return None
+    if is_remote_backend(backend):
+        raise InvalidSpecError(
+            f"extra_tracking runs in rank 0 of the in-process backends (local, torch_distributor, horovod), "
+            f"not on backend={backend!r}; drop extra_tracking or train in-process"
+        )
+    return dict(value or {})
 
 
 def _hparams(value: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from airflow_provider_dltrain.training.rundir import checkpoint_uri, rank_checkp
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.training.tracking import RankTracker
+    from airflow_provider_dltrain.training.wandb_tracking import WandbSpec
 
 TrainFn = Callable[[Any], Mapping[str, float]]
 log = logging.getLogger("airflow_provider_dltrain.training")
@@ -54,6 +55,8 @@ class RankJob:
     early_stopping: Mapping[str, Any] | None = None
     # what rank 0 does with a NaN or infinite metric (see training/finite.py)
     non_finite: str = "fail_at_end"
+    # a W&B run beside the MLflow one (see training/wandb_tracking.py); None: MLflow only
+    wandb: WandbSpec | None = None
 
     @property
     def checkpoint_dir(self) -> str:
@@ -187,11 +190,14 @@ def execute(
             collectives=collectives,
             guard=guard,
         )
-        with deterministic_torch():
-            seed_everything(job.seed)  # last thing before train: setting up MLflow may draw random numbers
-            metrics = _train(job, ctx)
-        if guard is not None:
-            _final_check(guard, ctx, metrics)
+        with _closing(tracker) as final:
+            with deterministic_torch():
+                # last thing before train: setting up MLflow may draw random numbers
+                seed_everything(job.seed)
+                metrics = _train(job, ctx)
+            if guard is not None:
+                _final_check(guard, ctx, metrics)
+            final.update(metrics)
     report = {
         "rank": rank,
         "world_size": world_size,
@@ -219,6 +225,20 @@ def _collectives_name(collectives: Any, world_size: int) -> str:
     if world_size > 1 and dist.is_available() and dist.is_initialized():
         return f"torch.distributed/{dist.get_backend()}"
     return "none"
+
+
+@contextlib.contextmanager
+def _closing(tracker: RankTracker | None) -> Iterator[dict[str, float]]:
+    """Tell the tracker the rank is done, with the final metrics put in the yielded dict or the error."""
+    final: dict[str, float] = {}
+    try:
+        yield final
+    except BaseException as err:
+        if tracker is not None:
+            tracker.close(final, err)
+        raise
+    if tracker is not None:
+        tracker.close(final, None)
 
 
 def _checkpoints(job: RankJob, rank: int) -> contextlib.AbstractContextManager[str]:
@@ -277,9 +297,16 @@ def _tracker(job: RankJob, rank: int, checkpoint_dir: str) -> RankTracker | None
     if rank != 0:
         return None
     if job.tracking is not None and job.mlflow_run_id:
-        return MlflowRankTracker(checkpoint_dir, job.tracking, job.mlflow_run_id)
-    # a scratch copy of a shared run directory: the model path handed on names the shared place
-    return RankTracker(checkpoint_dir, None if checkpoint_dir == job.checkpoint_dir else job.checkpoint_dir)
+        tracker: RankTracker = MlflowRankTracker(checkpoint_dir, job.tracking, job.mlflow_run_id)
+    else:
+        # a scratch copy of a shared run directory: the model path handed on names the shared place
+        published = None if checkpoint_dir == job.checkpoint_dir else job.checkpoint_dir
+        tracker = RankTracker(checkpoint_dir, published)
+    if job.wandb is None:
+        return tracker
+    from airflow_provider_dltrain.training.wandb_tracking import wandb_tracker
+
+    return wandb_tracker(tracker, job)
 
 
 def _check_metrics(result: Any) -> dict[str, float]:

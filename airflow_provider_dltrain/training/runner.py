@@ -59,6 +59,7 @@ def run_training(
     run_key: str | None = None,
     aws_clients: Callable[[str], Any] | None = None,
     poll_interval: float = 30.0,
+    extra_tracking: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``train_fn`` on exactly ``dataset``'s version and record it in MLflow.
 
@@ -89,6 +90,9 @@ def run_training(
     :param aws_clients: cloud backends: ``service -> boto3 client`` (default: boto3's own chain,
         in ``backend_options["region"]`` when given).
     :param poll_interval: cloud backends: seconds between status checks of the job.
+    :param extra_tracking: tracking targets beside MLflow, in-process backends only: ``{"wandb":
+        {"project": ..., "entity": ..., "mode": "offline", "required": False}}`` records the run in
+        W&B too (see :mod:`airflow_provider_dltrain.training.wandb_tracking`).
 
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
@@ -97,7 +101,14 @@ def run_training(
 
     check_mode(non_finite)
     from airflow_provider_dltrain.training.remote import is_remote_backend
+    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
 
+    wandb = parse_extra_tracking(extra_tracking)
+    if wandb is not None and is_remote_backend(backend):
+        raise InvalidSpecError(
+            f"extra_tracking runs in rank 0 of the in-process backends (local, torch_distributor, horovod), "
+            f"not on backend={backend!r}; drop extra_tracking or train in-process"
+        )
     if is_remote_backend(backend):
         return _train_remotely(
             train_fn,
@@ -136,6 +147,12 @@ def run_training(
     )
     fn, plan, params, seed, config, run_id = run.fn, run.plan, run.params, run.seed, run.config, run.run_id
     experiment_id, all_tags = run.experiment_id, run.tags
+    if wandb is not None:
+        from airflow_provider_dltrain.training.wandb_tracking import with_run_info
+
+        mlflow = {"run_id": run_id if config else None, "experiment_id": experiment_id}
+        mlflow["tracking_uri"] = config.tracking_uri if config else None
+        wandb = with_run_info(wandb, all_tags, mlflow)
     with failure_ends_run(config, run_id):
         job = RankJob(
             fn,
@@ -147,6 +164,7 @@ def run_training(
             run_id if config else None,
             early_stopping=stopping,
             non_finite=non_finite,
+            wandb=wandb,
         )
         log.info(
             "training %s on %s version %s (%d files, fingerprint %s) with %s x%d; run %s",

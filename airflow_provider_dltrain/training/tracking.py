@@ -196,6 +196,9 @@ class RankTracker:
                 os.remove(path)
         self.saved_paths.clear()
 
+    def close(self, metrics: Mapping[str, float], error: BaseException | None) -> None:
+        """The rank is done (``error`` when training failed); trackers of other systems end their run here."""
+
 
 class MlflowRankTracker(RankTracker):
     """Rank 0's writer into an existing MLflow run (created by the launcher)."""
