@@ -31,10 +31,12 @@ def _factories() -> dict[str, Callable[..., Engine]]:
     from airflow_provider_dltrain.engines.emr import EmrEngine
     from airflow_provider_dltrain.engines.emr_serverless import EmrServerlessEngine
     from airflow_provider_dltrain.engines.glue import GlueEngine
+    from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingEngine
     from airflow_provider_dltrain.engines.spark_submit import SparkSubmitEngine
 
     return {
         GlueEngine.name: GlueEngine,
+        SageMakerProcessingEngine.name: SageMakerProcessingEngine,
         EmrEngine.name: EmrEngine,
         EmrServerlessEngine.name: EmrServerlessEngine,
         SparkSubmitEngine.name: SparkSubmitEngine,
@@ -51,7 +53,8 @@ def _training_factories() -> dict[str, Callable[..., Engine]]:
     return {SageMakerEngine.name: SageMakerEngine, Ec2Engine.name: Ec2Engine, RayEngine.name: RayEngine}
 
 
-ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit")
+# ``ec2`` runs a stage on one instance (Spark local[*]) with the EC2 engine training uses.
+ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit", "sagemaker_processing", "ec2")
 # ``TrainModelOperator(backend=...)`` names that run the training function as a job elsewhere.
 TRAINING_ENGINE_NAMES = ("sagemaker", "ec2", "ray")
 
@@ -72,6 +75,7 @@ def options_class(name: str) -> type | None:
     from airflow_provider_dltrain.engines.glue import GlueOptions
     from airflow_provider_dltrain.engines.ray_jobs import RayOptions
     from airflow_provider_dltrain.engines.sagemaker import SageMakerOptions
+    from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingOptions
     from airflow_provider_dltrain.engines.spark_submit import SparkSubmitOptions
 
     classes: dict[str, type] = {
@@ -80,6 +84,7 @@ def options_class(name: str) -> type | None:
         "emr_serverless": EmrServerlessOptions,
         "spark_submit": SparkSubmitOptions,
         "sagemaker": SageMakerOptions,
+        "sagemaker_processing": SageMakerProcessingOptions,
         "ec2": Ec2Options,
         "ray": RayOptions,
     }

@@ -40,12 +40,13 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     CONTROLLERS,
     HOROVODRUN,
     LAUNCHERS,
+    PYTHON,
     NodePlan,
     render_user_data,
     ssh_key_pair,
 )
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
-from airflow_provider_dltrain.engines.run_spec import RunIdentity
+from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import Stager
 from airflow_provider_dltrain.engines.train_spec import job_tracking_env
 from airflow_provider_dltrain.engines.training_engine import TrainingEngine
@@ -203,45 +204,75 @@ class Ec2Engine(TrainingEngine):
                 "give engine option image_id or another ami_parameter"
             ) from err
 
+    def stage(self, spec: Any) -> StagedRun:
+        """A training job's spec with its checkpoint URI; a stage's ``RunSpec`` (ETL, scoring) as it is."""
+        if isinstance(spec, RunSpec):
+            return self.stager.stage(spec)
+        return super().stage(spec)
+
     def submit(self, staged: StagedRun) -> JobHandle:
+        """A training job on ``instance_count`` nodes; a stage (a ``RunSpec``) on one instance, whose
+        entry runs under the plain Python with Spark ``local[*]``."""
         entry = {
             "script_uri": staged.script_uri,
             "args": ["--spec", staged.spec_uri, "--code", staged.code_uri],
         }
         run_uri = staged.result_uri.rsplit("/", 1)[0]
-        return self._launch_cluster(
-            staged.spec.identity.job_name, staged.spec.identity.tags(), entry, run_uri
-        )
+        identity = staged.spec.identity
+        if isinstance(staged.spec, RunSpec):
+            return self._launch_cluster(identity.job_name, identity.tags(), entry, run_uri, 1, PYTHON)
+        return self._launch_cluster(identity.job_name, identity.tags(), entry, run_uri)
 
     def _launch_cluster(
-        self, job: str, tags: Mapping[str, str], entry: dict[str, Any], run_uri: str
+        self,
+        job: str,
+        tags: Mapping[str, str],
+        entry: dict[str, Any],
+        run_uri: str,
+        count: int | None = None,
+        launcher: str | None = None,
     ) -> JobHandle:
-        """Launch the ranks of ``job`` that have no live instance yet: rank 0 first, then the workers."""
+        """Launch the ranks of ``job`` that have no live instance yet: rank 0 first, then the workers.
+
+        ``count`` and ``launcher`` default to the options' (a training cluster); a stage run has one
+        node under ``python``."""
+        count, launcher = count or self.instance_count, launcher or self.launcher
         found = {int(i["rank"]): i for i in self._instances(job)}
-        public_key = self._public_key(run_uri, fresh=0 not in found) if self.launcher == HOROVODRUN else None
-        image = self.resolve_image() if len(found) < self.instance_count else ""
+        public_key = self._public_key(run_uri, fresh=0 not in found) if launcher == HOROVODRUN else None
+        image = self.resolve_image() if len(found) < count else ""
         if 0 not in found:
-            found[0] = self._launch(self._plan(job, 0, None, entry, run_uri), tags, image, public_key)
+            plan = self._plan(job, 0, None, entry, run_uri, count, launcher)
+            found[0] = self._launch(plan, tags, image, public_key)
         master = found[0]["ip"]
-        for rank in range(1, self.instance_count):
+        for rank in range(1, count):
             if rank not in found:  # a retry after a crash completes the cluster it found
-                plan = self._plan(job, rank, master, entry, run_uri)
+                plan = self._plan(job, rank, master, entry, run_uri, count, launcher)
                 found[rank] = self._launch(plan, tags, image, public_key)
-        if self.launcher == HOROVODRUN:
-            hosts = [found[r]["ip"] for r in range(self.instance_count)]
+        if launcher == HOROVODRUN:
+            hosts = [found[r]["ip"] for r in range(count)]
             self.stager.put(f"{run_uri}/hosts.json", json.dumps({"hosts": hosts}).encode())
-        ids = [found[r]["id"] for r in range(self.instance_count)]
+        ids = [found[r]["id"] for r in range(count)]
         return self._handle(job, ids, f"{run_uri}/result.json")
 
-    def _plan(self, job: str, rank: int, master: str | None, entry: dict[str, Any], run_uri: str) -> NodePlan:
+    def _plan(
+        self,
+        job: str,
+        rank: int,
+        master: str | None,
+        entry: dict[str, Any],
+        run_uri: str,
+        count: int | None = None,
+        launcher: str | None = None,
+    ) -> NodePlan:
+        launcher = launcher or self.launcher
         return NodePlan(
             job_name=job,
             node_rank=rank,
-            num_nodes=self.instance_count,
-            procs_per_node=self.procs_per_node,
+            num_nodes=count or self.instance_count,
+            procs_per_node=self.procs_per_node if launcher != PYTHON else 1,
             master_addr=master,
             master_port=self.master_port,
-            launcher=self.launcher,
+            launcher=launcher,
             controller=self.horovod_controller,
             entry=entry,
             run_uri=run_uri,
@@ -345,7 +376,8 @@ class Ec2Engine(TrainingEngine):
             if k.startswith("dltrain:") and k not in (JOB_TAG, RANK_TAG)
         }
         tags.pop(MANAGED_TAG, None)
-        return self._launch_cluster(job, tags, plan["entry"], plan["run_uri"])
+        count, launcher = int(plan["num_nodes"]), str(plan["launcher"])
+        return self._launch_cluster(job, tags, plan["entry"], plan["run_uri"], count, launcher)
 
     def _plan_of(self, instance_id: str) -> dict[str, Any]:
         import base64
@@ -414,6 +446,12 @@ class Ec2Engine(TrainingEngine):
         return (
             data if isinstance(data, dict) else {"state": FAILED, "error": f"marker {uri} is not an object"}
         )
+
+    def log_location(self, handle: JobHandle) -> str:
+        """Each node's launcher log, which the node uploads before it shuts down."""
+        run_uri = handle.result_uri.rsplit("/", 1)[0]
+        nodes = len(handle.ids.get("instance_ids") or [0])
+        return f"{run_uri}/logs/node-0.log" + (f" to node-{nodes - 1}.log" if nodes > 1 else "")
 
     # -- ending ------------------------------------------------------------------------------------
     def cancel(self, handle: JobHandle) -> None:

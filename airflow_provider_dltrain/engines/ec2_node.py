@@ -1,4 +1,4 @@
-"""What every node of an EC2 training cluster runs: its node plan -> torchrun / horovodrun -> markers.
+"""What every node of an EC2 cluster runs: its node plan -> torchrun / horovodrun / python -> markers.
 
 ``python3 ec2_node.py plan.json``. The file is copied verbatim into each instance's user data (next
 to the plan), so it imports nothing but the standard library and boto3 (present wherever the job's
@@ -135,6 +135,8 @@ def fetch_entry(plan, workdir):
 
 
 def launcher_argv(plan, script):
+    if plan["launcher"] == "python":  # a stage run: one process, Spark local[*] on this instance
+        return [plan["python"], script, *plan["entry"]["args"]]
     if plan["launcher"] == "torchrun":
         return torchrun_argv(plan, script)
     hosts = json.loads(wait_for(plan["hosts_uri"], plan["wait_s"]))["hosts"]

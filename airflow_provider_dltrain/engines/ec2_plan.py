@@ -19,7 +19,10 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 TORCHRUN, HOROVODRUN = "torchrun", "horovodrun"
-LAUNCHERS = (TORCHRUN, HOROVODRUN)
+LAUNCHERS = (TORCHRUN, HOROVODRUN)  # what a training cluster's nodes run
+# a stage run (ETL, scoring) on one instance: the entry under the plain Python, Spark local[*]
+PYTHON = "python"
+PLAN_LAUNCHERS = (*LAUNCHERS, PYTHON)
 # how horovodrun starts the ranks on the other hosts: its own Gloo runner over SSH, or mpirun over SSH
 CONTROLLERS = ("gloo", "mpi")
 PLAN_EOF, NODE_EOF = "DLTRAIN_PLAN", "DLTRAIN_NODE"
@@ -72,8 +75,8 @@ def render_user_data(
     ssh_public_key: str | None = None,
 ) -> str:
     """The node's bash user data; refuses a script EC2 would refuse (over 16 KiB)."""
-    if plan.launcher not in LAUNCHERS:
-        raise InvalidSpecError(f"launcher must be one of {LAUNCHERS}, got {plan.launcher!r}")
+    if plan.launcher not in PLAN_LAUNCHERS:
+        raise InvalidSpecError(f"launcher must be one of {PLAN_LAUNCHERS}, got {plan.launcher!r}")
     if plan.controller not in CONTROLLERS:
         raise InvalidSpecError(f"controller must be one of {CONTROLLERS}, got {plan.controller!r}")
     plan_json, runner = plan.to_json(), node_runner_source()

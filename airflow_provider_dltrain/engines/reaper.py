@@ -2,7 +2,7 @@
 
 A worker that dies (OOM, lost node, ``kill -9``) never runs ``on_kill`` or ``teardown``, so a transient
 EMR cluster, a Glue job run, an EMR Serverless job run, a SageMaker training job or the instances of
-an EC2 training cluster can outlive its task and keep billing. Every
+an EC2 cluster, or a SageMaker processing job, can outlive its task and keep billing. Every
 such resource carries the identity of its task (tags, or Glue run arguments); :func:`reap` asks a
 caller-supplied ``is_task_running`` whether that task still runs and stops the rest. Resources without
 our tags are never touched. No Airflow here: the operator asks the Task SDK, the CLI the metadata DB.
@@ -18,7 +18,14 @@ from datetime import datetime, timedelta, timezone
 from types import ModuleType
 from typing import Any
 
-from airflow_provider_dltrain.engines import ec2, emr, emr_serverless, glue, sagemaker
+from airflow_provider_dltrain.engines import (
+    ec2,
+    emr,
+    emr_serverless,
+    glue,
+    sagemaker,
+    sagemaker_processing,
+)
 from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -27,11 +34,12 @@ log = logging.getLogger(__name__)
 
 # Each adapter lists its own live resources and stops one: RESOURCE_KIND, STOP_VERB,
 # live_resources(clients), stop_resource(clients, resource).
-ADAPTERS: tuple[ModuleType, ...] = (emr, glue, emr_serverless, ec2, sagemaker)
+ADAPTERS: tuple[ModuleType, ...] = (emr, glue, emr_serverless, ec2, sagemaker, sagemaker_processing)
 _BY_KIND = {adapter.RESOURCE_KIND: adapter for adapter in ADAPTERS}
 EMR_CLUSTER, GLUE_JOB_RUN = emr.RESOURCE_KIND, glue.RESOURCE_KIND
 EMR_SERVERLESS_JOB_RUN, EC2_INSTANCE = emr_serverless.RESOURCE_KIND, ec2.RESOURCE_KIND
 SAGEMAKER_TRAINING_JOB = sagemaker.RESOURCE_KIND
+SAGEMAKER_PROCESSING_JOB = sagemaker_processing.RESOURCE_KIND
 # Airflow task-instance states in which a task may still own (or re-attach to) its cloud job.
 LIVE_TASK_STATES = frozenset(
     {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
@@ -77,7 +85,7 @@ class Outcome:
 
 def find_resources(clients: Clients) -> list[Resource]:
     """Every live resource carrying our identity tags, as each adapter lists its own: EMR clusters,
-    Glue and EMR Serverless job runs, EC2 instances, SageMaker training jobs."""
+    Glue and EMR Serverless job runs, EC2 instances, SageMaker training and processing jobs."""
     return [res for adapter in ADAPTERS for res in adapter.live_resources(clients)]
 
 

@@ -2,8 +2,8 @@
 
 ``dltrain fake-aws`` (or ``python -m airflow_provider_dltrain.testing.fake_aws``) serves S3, Glue,
 EMR, EMR Serverless, SageMaker and EC2 on 127.0.0.1 and really runs what is submitted: Glue job
-runs, EMR steps, EMR Serverless job runs, SageMaker training jobs and EC2 user data run as local
-processes. It creates the ``--bucket`` and ``--emr-serverless-app`` given, prints the Airflow ``aws``
+runs, EMR steps, EMR Serverless job runs, SageMaker training and processing jobs and EC2 user data
+run as local processes. It creates the ``--bucket`` and ``--emr-serverless-app`` given, prints the Airflow ``aws``
 connection and the ``export AWS_...`` lines to use (also written to ``--env-file``), then one line ``READY http://127.0.0.1:<port>`` on stdout, and serves until
 SIGTERM/SIGINT; then it kills every job it started and exits 0. Everything after READY goes to
 stderr, so a parent may stop reading stdout there.
@@ -11,7 +11,8 @@ stderr, so a parent may stop reading stdout there.
 Why one process: moto's backends, its response classes and its module globals can only be patched in
 the process that serves the requests (a ``python -m moto.server`` child cannot be reached), and the
 executor reads the same backend objects the server writes. What each service does is described in
-``fake_glue``, ``fake_emr``, ``fake_emr_serverless``, ``fake_sagemaker`` and ``fake_ec2``.
+``fake_glue``, ``fake_emr``, ``fake_emr_serverless``, ``fake_sagemaker``, ``fake_sagemaker_processing``
+and ``fake_ec2``.
 
 Every request must be SigV4-signed with the fake's credentials (``fake_aws_auth``), or it is refused
 with 403 and nothing runs: the access key id and secret come from ``DLTRAIN_FAKE_AWS_ACCESS_KEY_ID`` and
@@ -183,6 +184,7 @@ def serve(args: argparse.Namespace) -> int:
         fake_emr_serverless,
         fake_glue,
         fake_sagemaker,
+        fake_sagemaker_processing,
         moto_server,
     )
     from airflow_provider_dltrain.testing.fake_aws_auth import Credentials, configure, gated_server
@@ -208,7 +210,8 @@ def serve(args: argparse.Namespace) -> int:
         containers=containers,
         credentials=credentials,
     )
-    for service in (fake_glue, fake_emr, fake_emr_serverless, fake_sagemaker, fake_ec2):
+    services = (fake_glue, fake_emr, fake_emr_serverless, fake_sagemaker, fake_sagemaker_processing, fake_ec2)
+    for service in services:
         service.install(executor)
     executor.start()
 

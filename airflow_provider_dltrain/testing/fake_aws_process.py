@@ -319,6 +319,11 @@ def leaks(endpoint: str) -> list[str]:
                 f"SageMaker training job {j['TrainingJobName']} {status}"
                 for j in page["TrainingJobSummaries"]
             ]
+        for page in sm.get_paginator("list_processing_jobs").paginate(StatusEquals=status):
+            found += [
+                f"SageMaker processing job {j['ProcessingJobName']} {status}"
+                for j in page["ProcessingJobSummaries"]
+            ]
     return found
 
 

@@ -61,6 +61,9 @@ def submitted(endpoint: str) -> dict[str, int]:
                 continue  # moto: an application that never had a run
     sm = aws_client("sagemaker", endpoint)
     training = sum(len(p["TrainingJobSummaries"]) for p in sm.get_paginator("list_training_jobs").paginate())
+    processing = sum(
+        len(p["ProcessingJobSummaries"]) for p in sm.get_paginator("list_processing_jobs").paginate()
+    )
     ec2 = aws_client("ec2", endpoint)
     instances = sum(
         len(r["Instances"])
@@ -73,6 +76,7 @@ def submitted(endpoint: str) -> dict[str, int]:
         "emr steps": steps,
         "emr serverless job runs": es_runs,
         "sagemaker training jobs": training,
+        "sagemaker processing jobs": processing,
         "ec2 instances": instances,
     }
 

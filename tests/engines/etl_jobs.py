@@ -19,3 +19,9 @@ def broken(spark, inputs, params):
 def slow(spark, inputs, params):
     time.sleep(float(params.get("seconds", 60)))
     return double(spark, inputs, params)
+
+
+def refused(spark, inputs, params):
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    raise InvalidSpecError(f"transform refused the input: {params.get('why', 'bad input')}")

@@ -134,6 +134,7 @@ def test_nightly_on_glue_then_the_same_date_on_emr_serverless_gives_the_same_ans
         "emr steps": 0,
         "emr serverless job runs": 0,
         "sagemaker training jobs": 0,
+        "sagemaker processing jobs": 0,
         "ec2 instances": 2,
     }
     _assert_trained_on_two_terminated_instances(lake_on_s3["endpoint"])

@@ -1,0 +1,250 @@
+"""SageMaker Processing: one processing job per try, running a stage with Spark (``PySparkProcessor``'s request).
+
+The request is the one the SageMaker SDK's ``PySparkProcessor.run(submit_app=...)`` sends: the image,
+``ProcessingResources.ClusterConfig`` (count, type, volume), the role, a ``code`` input holding the
+job script at ``/opt/ml/processing/input/code/``, ``AppSpecification.ContainerEntrypoint``
+``["smspark-submit", <script>]`` with the script's arguments, the environment and the stopping
+condition. The script (``job_script.py``) fetches the code bundle named by ``--code`` itself, as on
+every other engine; the image must hold Python 3.11 with deltalake and pyarrow (the SageMaker Spark
+images do not: build one ``FROM`` them, or a processing image of your own that has ``smspark-submit``
+or an entry point of that name).
+
+Job names are ``RunIdentity.job_name`` (``dltrain-<task>-<task key>-t<try>``): a retry lists the task's
+InProgress jobs by their common prefix and re-attaches instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
+from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.staging import StagedResults, Stager
+from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+log = logging.getLogger(__name__)
+
+STATES = {
+    "InProgress": RUNNING,
+    "Stopping": RUNNING,
+    "Completed": SUCCEEDED,
+    "Failed": FAILED,
+    "Stopped": CANCELLED,
+}
+# where PySparkProcessor puts the submitted app, and the command it runs it with
+CODE_DIR = "/opt/ml/processing/input/code"
+SPARK_SUBMIT = "smspark-submit"
+
+
+@dataclass(frozen=True)
+class SageMakerProcessingOptions:
+    """``engine_options`` of :class:`SageMakerProcessingEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    role: str
+    image_uri: str
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int = 1
+    volume_size_gb: int = 30
+    max_runtime_s: int = 7200
+    environment: Mapping[str, str] | None = None
+    network_config: Mapping[str, Any] | None = None
+    region: str | None = None
+
+
+class SageMakerProcessingEngine(StagedResults):
+    """Run stages as SageMaker Processing jobs running Spark (``smspark-submit``).
+
+    :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param role: the execution role ARN (reads the tables and staging, writes the table).
+    :param image_uri: a Spark processing image whose Python has deltalake and pyarrow (e.g. built
+        ``FROM`` a ``sagemaker-spark-processing`` image).
+    :param instance_type: e.g. ``"ml.m5.xlarge"``; ``instance_count`` hosts of it (Spark on YARN).
+    :param volume_size_gb: the ML storage volume of each host.
+    :param max_runtime_s: ``StoppingCondition.MaxRuntimeInSeconds``: SageMaker stops the job after this.
+    :param environment: more (non-secret) environment variables of the container.
+    :param network_config: ``NetworkConfig`` (``VpcConfig``, isolation) as SageMaker takes it.
+    :param region: for console links.
+    """
+
+    name = "sagemaker_processing"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        role: str,
+        image_uri: str,
+        instance_type: str = "ml.m5.xlarge",
+        instance_count: int = 1,
+        volume_size_gb: int = 30,
+        max_runtime_s: int = 7200,
+        environment: Mapping[str, str] | None = None,
+        network_config: Mapping[str, Any] | None = None,
+        region: str | None = None,
+    ) -> None:
+        if not role or not image_uri:
+            raise InvalidSpecError(
+                "sagemaker_processing needs engine options role (the execution role ARN) and image_uri "
+                "(a Spark processing image whose Python has deltalake and pyarrow)"
+            )
+        if int(instance_count) < 1 or int(max_runtime_s) < 1:
+            raise InvalidSpecError("sagemaker_processing instance_count and max_runtime_s must be >= 1")
+        self.sagemaker = clients("sagemaker")
+        self.stager = Stager(staging_uri, clients("s3"))
+        if not self.stager.remote:
+            raise InvalidSpecError("sagemaker_processing staging_uri must be an s3:// prefix")
+        self.role = role
+        self.image_uri = image_uri
+        self.instance_type = instance_type
+        self.instance_count = int(instance_count)
+        self.volume_size_gb = int(volume_size_gb)
+        self.max_runtime_s = int(max_runtime_s)
+        self.environment = dict(environment or {})
+        self.network_config = dict(network_config or {})
+        self.region = region
+
+    def stage(self, spec: RunSpec) -> StagedRun:
+        return self.stager.stage(spec)
+
+    def request(self, staged: StagedRun) -> dict[str, Any]:
+        """The ``CreateProcessingJob`` request (``PySparkProcessor.run(submit_app=<job script>)``'s shape)."""
+        identity = staged.spec.identity
+        script = staged.script_uri.rsplit("/", 1)[1]
+        request: dict[str, Any] = {
+            "ProcessingJobName": identity.job_name,
+            "ProcessingResources": {
+                "ClusterConfig": {
+                    "InstanceType": self.instance_type,
+                    "InstanceCount": self.instance_count,
+                    "VolumeSizeInGB": self.volume_size_gb,
+                }
+            },
+            "AppSpecification": {
+                "ImageUri": self.image_uri,
+                # Not secrets: where the spec and the code bundle are; ``find`` reads them back.
+                "ContainerArguments": ["--spec", staged.spec_uri, "--code", staged.code_uri],
+                "ContainerEntrypoint": [SPARK_SUBMIT, f"{CODE_DIR}/{script}"],
+            },
+            "RoleArn": self.role,
+            "ProcessingInputs": [
+                {
+                    "InputName": "code",
+                    "AppManaged": False,
+                    "S3Input": {
+                        "S3Uri": staged.script_uri,
+                        "LocalPath": CODE_DIR,
+                        "S3DataType": "S3Prefix",
+                        "S3InputMode": "File",
+                        "S3DataDistributionType": "FullyReplicated",
+                        "S3CompressionType": "None",
+                    },
+                }
+            ],
+            "Environment": {**self.environment, "DLTRAIN_ENGINE": self.name},
+            "StoppingCondition": {"MaxRuntimeInSeconds": self.max_runtime_s},
+            "Tags": [{"Key": k, "Value": v} for k, v in sorted(identity.tags().items())],
+        }
+        if self.network_config:
+            request["NetworkConfig"] = self.network_config
+        return request
+
+    def submit(self, staged: StagedRun) -> JobHandle:
+        request = self.request(staged)
+        name = request["ProcessingJobName"]
+        try:
+            self.sagemaker.create_processing_job(**request)
+        except self.sagemaker.exceptions.ResourceInUse:
+            # this try already created it (a retried call): attach to it rather than fail
+            log.info("processing job %s exists already: attaching to it", name)
+        return self._handle(name, staged.result_uri)
+
+    def _handle(self, name: str, result_uri: str) -> JobHandle:
+        url = None
+        if self.region:
+            url = (
+                f"https://{self.region}.console.aws.amazon.com/sagemaker/home?region={self.region}"
+                f"#/processing-jobs/{name}"
+            )
+        return JobHandle(self.name, {"job_name": name}, result_uri, url)
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
+        pages = self.sagemaker.get_paginator("list_processing_jobs").paginate(
+            NameContains=prefix, StatusEquals="InProgress"
+        )
+        names = sorted(
+            (j["CreationTime"], j["ProcessingJobName"])
+            for page in pages
+            for j in page.get("ProcessingJobSummaries", [])
+            if j["ProcessingJobName"].startswith(prefix)
+        )
+        if not names:
+            return None
+        name = names[-1][1]
+        described = self.sagemaker.describe_processing_job(ProcessingJobName=name)
+        args = list((described.get("AppSpecification") or {}).get("ContainerArguments") or [])
+        spec_uri = args[args.index("--spec") + 1] if "--spec" in args else ""
+        return self._handle(name, spec_uri.rsplit("/", 1)[0] + "/result.json")
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        job = self.sagemaker.describe_processing_job(ProcessingJobName=handle.ids["job_name"])
+        raw = job["ProcessingJobStatus"]
+        message = job.get("FailureReason") or job.get("ExitMessage") or ""
+        return JobStatus(STATES.get(raw, PENDING), raw, message)
+
+    def cancel(self, handle: JobHandle) -> None:
+        name = handle.ids["job_name"]
+        status = self.sagemaker.describe_processing_job(ProcessingJobName=name)["ProcessingJobStatus"]
+        if status == "InProgress":
+            self.sagemaker.stop_processing_job(ProcessingJobName=name)
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Nothing to remove: a processing job releases its instances when it ends."""
+
+    def log_location(self, handle: JobHandle) -> str:
+        """The job's CloudWatch log group and streams (one per host)."""
+        name = handle.ids["job_name"]
+        return f"CloudWatch log group /aws/sagemaker/ProcessingJobs, log streams {name}/algo-*"
+
+
+# -- for the reaper ---------------------------------------------------------------------------------
+RESOURCE_KIND, STOP_VERB = "sagemaker_processing_job", "stop"
+
+
+def live_resources(clients: Clients) -> Iterator[Resource]:
+    """Every InProgress processing job tagged with a task identity (``CreateProcessingJob``'s ``Tags``)."""
+    client = clients("sagemaker")
+    pages = client.get_paginator("list_processing_jobs").paginate(StatusEquals="InProgress")
+    for summary in (j for page in pages for j in page.get("ProcessingJobSummaries", [])):
+        tags = client.list_tags(ResourceArn=summary["ProcessingJobArn"]).get("Tags", [])
+        identity = identity_of(tags)
+        if identity is None:
+            continue
+        yield Resource(
+            RESOURCE_KIND,
+            summary["ProcessingJobName"],
+            identity,
+            summary["ProcessingJobStatus"],
+            summary.get("CreationTime"),
+            {"job_name": summary["ProcessingJobName"]},
+        )
+
+
+def stop_resource(clients: Clients, res: Resource) -> None:
+    clients("sagemaker").stop_processing_job(ProcessingJobName=res.ids["job_name"])
