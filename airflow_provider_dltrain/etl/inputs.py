@@ -129,8 +129,15 @@ def read_files(
             )
 
 
-def read_input(spark: Any, spec: Any, storage_options: StorageOptions | None = None) -> Any:
-    """Read one input: a ``DeltaRef`` (dict) or ``{"path": ..., "format": ..., "options": {...}}``."""
+def read_input(
+    spark: Any, spec: Any, storage_options: StorageOptions | None = None, *, name: str = "input"
+) -> Any:
+    """Read one input: a ``DeltaRef`` (dict), ``{"path": ..., "format": ..., "options": {...}}`` or
+    ``{"dvc": {"repo", "path", "rev"}, "format": ...}`` (:mod:`~airflow_provider_dltrain.etl.dvc_inputs`)."""
+    if isinstance(spec, Mapping) and "dvc" in spec:
+        from airflow_provider_dltrain.etl.dvc_inputs import raw_spec
+
+        spec = raw_spec(name, spec)  # the pinned file's local copy, read as a raw input
     if is_delta_spec(spec):
         ref = DeltaRef.coerce(spec)  # type: ignore[arg-type]
         return read_delta(
@@ -205,6 +212,12 @@ def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], max
     return df
 
 
+def _check_format(name: str, spec: Mapping[str, Any]) -> None:
+    fmt = spec.get("format", "parquet")
+    if fmt not in RAW_FORMATS:
+        raise InvalidSpecError(f"inputs[{name!r}].format {fmt!r} is not supported; use one of {RAW_FORMATS}")
+
+
 def _checks_lines(fmt: str, options: Mapping[str, str]) -> bool:
     """Spark splits these into lines: a one-record JSON file or a whole-text read is one record."""
     lowered = {k.lower(): str(v).lower() for k, v in options.items()}
@@ -274,6 +287,10 @@ def source_of(spec: Any) -> str:
     if is_delta_spec(spec):
         ref = DeltaRef.coerce(spec)  # type: ignore[arg-type]
         return f"{ref.uri} version {ref.version}"
+    if isinstance(spec, Mapping) and "dvc" in spec:
+        from airflow_provider_dltrain.etl.dvc_inputs import describe
+
+        return describe(spec)
     if isinstance(spec, Mapping):
         glob = dict(spec.get("options") or {}).get("pathGlobFilter")
         return f"{spec.get('path')}" + (f" (pathGlobFilter {glob!r})" if glob else "")
@@ -297,6 +314,8 @@ def input_uri(spec: Any) -> str | None:
         return spec.uri
     if isinstance(spec, str):
         return spec
+    if isinstance(spec, Mapping) and "dvc" in spec:
+        return None  # a file in a git repository: no table or path of ours (lineage names it apart)
     if isinstance(spec, Mapping):
         value = spec.get("uri") if is_delta_spec(spec) else spec.get("path")
         return str(value) if value is not None else None
@@ -308,6 +327,11 @@ def check_inputs(inputs: Mapping[str, Any]) -> None:
     for name, spec in (inputs or {}).items():
         if is_delta_spec(spec) and isinstance(spec, Mapping):
             check_filters(spec.get("filters"), f"inputs[{name!r}].filters")
+        elif isinstance(spec, Mapping) and "dvc" in spec:
+            from airflow_provider_dltrain.etl.dvc_inputs import check_dvc_spec
+
+            check_dvc_spec(name, spec)
+            _check_format(name, spec)
         elif isinstance(spec, Mapping):
             try:
                 _max_line_bytes(spec)
@@ -346,7 +370,7 @@ def read_inputs(
                     field=f"inputs[{name!r}].filters",
                 )
             else:
-                frames[name] = read_input(spark, spec, options)
+                frames[name] = read_input(spark, spec, options, name=name)
         except InputNotFoundError as err:
             raise InputNotFoundError(f"input {name!r}: {err}") from None
         except NoFilesMatchedError as err:  # a user error: a wrong glob does not fix itself

@@ -10,6 +10,7 @@ new facts and what changed (``dltrain.rerun_facts``, ``dltrain.rerun_changed``).
 "Unchanged" means all of these are equal:
 
 * ETL: every raw input's listing fingerprint (:mod:`~airflow_provider_dltrain.etl.input_listing`);
+  every DVC input's commit and DVC content hash (:mod:`~airflow_provider_dltrain.etl.dvc_inputs`);
   every Delta input's version fingerprint at its pinned version (the content digests its
   partitions' commits recorded, else their files); the transform's code hash (its module and the
   modules of its code base it imports, as for training); the parameters (transform name,
@@ -190,6 +191,11 @@ def _etl_facts(
             }
             plain[key] = {k: v for k, v in given.items() if k not in ("version", "timestamp")}
             continue
+        if isinstance(value, Mapping) and "dvc" in value:  # a DVC-tracked file: its commit and md5
+            from airflow_provider_dltrain.etl.dvc_inputs import dvc_facts, dvc_params
+
+            inputs[key], plain[key] = dvc_facts(key, value), dvc_params(value)
+            continue
         path = str(value if isinstance(value, str) else dict(value).get("path"))
         listing = listing_fingerprint(path, storage(path))
         if listing is None:
@@ -251,6 +257,8 @@ def _matched(facts: Mapping[str, Any]) -> str:
     for name, item in sorted(facts["inputs"].items()):
         if item["kind"] == "delta":
             what = f"{item['partitions']} partition(s) of a Delta version"
+        elif item["kind"] == "dvc":
+            what = f"{item['path']} at commit {item['commit'][:12]} (md5 {item['md5'][:12]})"
         else:
             what = f"{item['files']} file(s)"
         inputs.append(f"{name}: {what}")

@@ -81,12 +81,24 @@ def operator_lineage(inputs: Iterable[Dataset], outputs: Iterable[Dataset]) -> O
     return OperatorLineage(inputs=list(inputs), outputs=list(outputs))
 
 
+def dvc_dataset(dvc: Mapping[str, Any]) -> Dataset:
+    """A DVC-tracked file: namespace ``dvc+<repo>``, its path, versioned by ``git:<commit> md5:<md5>``
+    once pinned (:func:`~airflow_provider_dltrain.etl.dvc_inputs.resolve_dvc_input`)."""
+    from airflow_provider_dltrain.registry.config import strip_userinfo
+
+    pinned = f"git:{dvc['commit']} md5:{dvc['md5']}" if dvc.get("commit") and dvc.get("md5") else None
+    return _versioned(f"dvc+{strip_userinfo(str(dvc['repo']))}", str(dvc["path"]), pinned)
+
+
 def input_datasets(inputs: Mapping[str, Any] | None) -> list[Dataset]:
-    """The ETL's inputs: Delta inputs at their pinned version, raw paths without one."""
+    """The ETL's inputs: Delta inputs at their pinned version, DVC files at their commit, raw paths."""
     from airflow_provider_dltrain.etl.inputs import input_uri, is_delta_spec
 
     out = []
     for spec in (inputs or {}).values():
+        if isinstance(spec, Mapping) and "dvc" in spec:
+            out.append(dvc_dataset(spec["dvc"]))
+            continue
         uri = input_uri(spec)
         if uri is None:
             continue

@@ -130,6 +130,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     def run_spec(self, context: Context) -> RunSpec:
         """The stage as a :class:`RunSpec` (what a cloud job receives)."""
         from airflow_provider_dltrain.engines import RunSpec
+        from airflow_provider_dltrain.etl.dvc_inputs import resolve_dvc_inputs
         from airflow_provider_dltrain.etl.inputs import check_inputs
         from airflow_provider_dltrain.jobs.stages import check_write_options
         from airflow_provider_dltrain.operators.engine_run import identity_from
@@ -139,6 +140,9 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         formats = self.write_options_.get("partition_formats")
         partition = check_partition(self.partition, formats, rendered=True)  # before any work starts
         check_inputs(self.inputs)
+        # DVC inputs pinned to a commit and md5 once, before Spark: the run, its facts and lineage agree
+        inputs = resolve_dvc_inputs(self.inputs)
+        self._pinned_inputs = inputs
         transform = self.transform
         if callable(transform):
             transform = f"{transform.__module__}:{transform.__qualname__}"
@@ -148,7 +152,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
             partition=dict(partition or {}),
             params={
                 "transform": transform,
-                "inputs": self.inputs,
+                "inputs": inputs,
                 "transform_params": self.transform_params,
                 "write": self.write_options_,
                 "spark_conf": self.spark_conf,
@@ -194,7 +198,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         """OpenLineage: the inputs as given (Delta ones at their version), the table version written."""
         from airflow_provider_dltrain.operators.openlineage import delta_dataset, input_datasets
 
-        return input_datasets(self.inputs), [delta_dataset(result["uri"], result["version"])]
+        inputs = getattr(self, "_pinned_inputs", None) or self.inputs
+        return input_datasets(inputs), [delta_dataset(result["uri"], result["version"])]
 
     def _emit_asset_event(self, context: Context, value: dict[str, Any]) -> None:
         # Airflow emits an event for every outlet of a successful task; ``committed`` tells consumers
