@@ -33,6 +33,8 @@ EXAMPLE_DAGS = {
     "docs_ray": {"train"},
     "docs_reap": {"ingest", "score", "reap"},
     "points_nightly": {"ingest", "train"},
+    "docs_wandb": {"train"},
+    "docs_dvc": {"ingest"},
 }
 # example files that are not DAGs: imported (functions a notebook or a job calls, a conftest)
 MODULES = ["train_function.py", "transform.py", "notebook_training.py", "local_ray_fake_aws.py",
