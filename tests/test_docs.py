@@ -28,6 +28,8 @@ EXAMPLE_DAGS = {
     "docs_emr": {"ingest_images"},
     "docs_emr_serverless": {"score"},
     "docs_spark_submit": {"ingest_images"},
+    "docs_sagemaker_processing": {"ingest_images"},
+    "docs_ec2_stage": {"score"},
     "docs_sagemaker": {"train"},
     "docs_ec2": {"train", "ec2_teardown"},
     "docs_ray": {"train"},

@@ -1,5 +1,6 @@
-"""The same stages on AWS: ETL on Glue, EMR, EMR Serverless or any Spark cluster; training on
-SageMaker, an EC2 cluster or a Ray cluster; the reaper as a teardown."""
+"""The same stages on AWS: ETL and scoring on Glue, EMR, EMR Serverless, SageMaker Processing, one EC2
+instance or any Spark cluster; training on SageMaker, an EC2 cluster or a Ray cluster; the reaper as a
+teardown."""
 
 from datetime import datetime
 
@@ -128,6 +129,53 @@ with DAG(dag_id="docs_spark_submit", schedule=None, start_date=datetime(2026, 11
         },
     )
     # --8<-- [end:spark_submit]
+
+with DAG(dag_id="docs_sagemaker_processing", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # --8<-- [start:sagemaker_processing]
+    PROCESSING = {
+        "staging_uri": "s3://my-lake/dltrain-staging",
+        "role": "arn:aws:iam::123456789012:role/DltrainProcessingJob",
+        # a Spark processing image whose Python (3.10+) has deltalake and pyarrow
+        "image_uri": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/dltrain-spark-processing:3.5",
+        "instance_type": "ml.m5.2xlarge",
+        "instance_count": 2,
+        "max_runtime_s": 3600,
+    }
+
+    SparkToDeltaOperator(
+        task_id="ingest_images",
+        **COMMON,
+        inputs=INPUTS,
+        engine="sagemaker_processing",
+        engine_options=PROCESSING,
+        aws_conn_id="aws_lake",
+        deferrable=True,
+    )
+    # --8<-- [end:sagemaker_processing]
+
+with DAG(dag_id="docs_ec2_stage", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # --8<-- [start:ec2_stage]
+    SparkBatchInferenceOperator(
+        task_id="score",
+        model={"name": "digits_cnn", "champion_as_of": "{{ data_interval_start | ds }}"},
+        input=PINNED,
+        input_filter=[["ds", "=", "{{ data_interval_start | ds }}"]],
+        table_uri="s3://my-lake/lake/digit_predictions",
+        partition={"ds": "{{ data_interval_start | ds }}"},
+        scoring={"feature_columns": ["features"], "key_columns": ["source_file"]},
+        engine="ec2",
+        engine_options={
+            "staging_uri": "s3://my-lake/dltrain-staging",
+            "instance_type": "r6i.2xlarge",  # Spark local[*] on all its cores
+            "ami_parameter": "/my/org/ami/dltrain-spark",  # Java, pyspark, deltalake, mlflow, torch
+            "instance_profile": "DltrainStageNode",
+            "subnet_id": "subnet-0abc",
+            "max_minutes": 90,
+        },
+        aws_conn_id="aws_lake",
+        mlflow_conn_id="mlflow_default",
+    )
+    # --8<-- [end:ec2_stage]
 
 with DAG(dag_id="docs_sagemaker", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     # --8<-- [start:sagemaker]

@@ -178,44 +178,83 @@ def test_the_processing_request_is_the_one_pysparkprocessor_sends():
     assert {t["Key"]: t["Value"] for t in request["Tags"]} == identity.tags()
 
 
-@slow
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_retry_after_a_worker_crash_reattaches_to_the_job_which_commits_and_an_unchanged_rerun_submits_none(
-    stage_cloud, engine
-):
-    """Try 1 submits and its worker dies; try 2 finds the job by name and waits for it; the job
-    commits the partition, the operator returns the DeltaRef, logs the job's summary and pushes the
-    console link. A third try of the unchanged partition submits no job."""
-    from deltalake import DeltaTable
+@pytest.fixture(scope="module")
+def spark_runs(cloud):
+    """Every Spark job of this module at once (Spark's start-up dominates; two cores share four JVMs).
 
-    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB, EngineRun
+    Per engine: try 1 of ``t`` submits and its worker dies; then, side by side, try 2 re-attaches and
+    waits while a second task's transform refuses its input. ``{engine: {...}}`` of what each saw.
+    """
+    from airflow_provider_dltrain.operators.engine_run import EngineRun
 
-    cloud = stage_cloud
-    before = _jobs(cloud, engine)
-    first = _operator(cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
-    with mock.patch.object(EngineRun, "_finish", _crash), pytest.raises(WorkerDied):
-        first.execute(_context(first.task_id, try_number=1))
+    runs: dict[str, dict] = {engine: {"before": _jobs(cloud, engine)} for engine in ENGINES}
+    for engine in ENGINES:
+        first = _operator(cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
+        with mock.patch.object(EngineRun, "_finish", _crash), pytest.raises(WorkerDied):
+            first.execute(_context(first.task_id, try_number=1))
 
-    second = _operator(cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
-    task_log, records = logging.getLogger(f"dltrain.tests.stage.{engine}"), []
+    def run(engine, key, op, context):
+        try:
+            runs[engine][key] = op.execute(context)
+        except Exception as err:
+            runs[engine][key] = err
+
+    task_log, records = logging.getLogger("dltrain.tests.stage"), []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append  # type: ignore[method-assign]
     task_log.addHandler(handler)
     task_log.setLevel(logging.INFO)
-    context = _context(second.task_id, try_number=2)
+    threads = []
+    for engine in ENGINES:
+        retry = _operator(cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
+        refused = _operator(
+            cloud, engine, "bad", transform="etl_jobs:refused", transform_params={"why": "x is text"}
+        )
+        runs[engine].update(retry_context=_context(retry.task_id, try_number=2), refused_op=refused)
+        threads += [
+            threading.Thread(target=run, args=(engine, "retry", retry, runs[engine]["retry_context"])),
+            threading.Thread(target=run, args=(engine, "refused", refused, _context(refused.task_id))),
+        ]
+    from airflow_provider_dltrain.operators.spark import SparkToDeltaOperator
+
     try:
-        with mock.patch.object(type(second), "log", task_log):
-            result = second.execute(context)
+        with mock.patch.object(SparkToDeltaOperator, "log", task_log):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
     finally:
         task_log.removeHandler(handler)
-    assert _jobs(cloud, engine) == before + 1  # one job for the task instance, whatever the tries
+    assert not any(t.is_alive() for t in threads), "a Spark job did not end within 5 minutes"
+    for engine in ENGINES:
+        runs[engine]["log"] = [r.getMessage() for r in records if f"{engine} job" in r.getMessage()]
+    left = leaks(cloud["endpoint"])
+    assert not left, "cloud resources left running:\n  " + "\n  ".join(left)
+    return runs
+
+
+@slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_retry_after_a_worker_crash_reattaches_to_the_job_which_commits_the_partition(
+    spark_runs, cloud, engine
+):
+    """Try 1 submitted and its worker died; try 2 found the job by name and waited for it; the job
+    committed the partition, the operator returns the DeltaRef, logs the job's summary and pushes the
+    console link."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
+
+    run = spark_runs[engine]
+    result = run["retry"]
+    assert not isinstance(result, BaseException), result
+    assert _jobs(cloud, engine) == run["before"] + 2  # one job per task instance (t, bad), whatever the tries
     assert result["version"] == 0 and result["committed"] is True and result["rows_written"] == 3
-    messages = [r.getMessage() for r in records]
-    assert any(m.startswith(f"re-attaching to {engine} job") for m in messages)
-    (summary,) = [m for m in messages if " succeeded" in m]
+    assert any(m.startswith(f"re-attaching to {engine} job") for m in run["log"])
+    (summary,) = [m for m in run["log"] if m.startswith(f"{engine} job") and " succeeded" in m]
     lines = summary.splitlines()
     assert lines[1:3] == [f"  table {result['uri']} version 0: committed", "  rows: 3 written, 0 quarantined"]
-    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in context["ti"].xcom_push.call_args_list}
+    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in run["retry_context"]["ti"].xcom_push.call_args_list}
     job = pushed[XCOM_JOB]
     if engine == "sagemaker_processing":
         assert "/aws/sagemaker/ProcessingJobs" in lines[3] and job["ids"]["job_name"] in lines[3]
@@ -228,28 +267,31 @@ def test_a_retry_after_a_worker_crash_reattaches_to_the_job_which_commits_and_an
     rows = sorted(table.to_pyarrow_table().select(["id", "x2"]).to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 1, "x2": 3.0}, {"id": 2, "x2": 5.0}, {"id": 3, "x2": -2.0}]
 
-    third = _operator(cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
-    again = third.execute(_context(third.task_id, try_number=3))
+
+@slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_unchanged_rerun_submits_no_job(spark_runs, stage_cloud, engine):
+    jobs = _jobs(stage_cloud, engine)
+    op = _operator(stage_cloud, engine, "t", transform="etl_jobs:slow", transform_params={"seconds": 1})
+    again = op.execute(_context(op.task_id, try_number=3))
     assert again["version"] == 0 and again["committed"] is False
-    assert _jobs(cloud, engine) == before + 1  # the re-run check ran before any engine
+    assert _jobs(stage_cloud, engine) == jobs  # the re-run check ran before any engine
 
 
 @slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_transform_refusing_its_input_fails_the_task_unretried_with_the_jobs_message_and_commits_nothing(
-    stage_cloud, engine
+    spark_runs, cloud, engine
 ):
     from airflow.sdk.exceptions import AirflowFailException
 
-    op = _operator(
-        stage_cloud, engine, "bad", transform="etl_jobs:refused", transform_params={"why": "x is text"}
-    )
-    with pytest.raises(AirflowFailException, match="transform refused the input: x is text") as failed:
-        op.execute(_context(op.task_id))
-    assert "Nothing was committed" in str(failed.value)
-    assert not _table_exists(stage_cloud, op)
+    failed = spark_runs[engine]["refused"]
+    assert isinstance(failed, AirflowFailException), failed  # a user error: Airflow does not retry it
+    assert "transform refused the input: x is text" in str(failed)
+    assert "Nothing was committed" in str(failed)
+    assert not _table_exists(cloud, spark_runs[engine]["refused_op"])
     if engine == "sagemaker_processing":  # SageMaker's own words for a container that failed
-        sm = aws_client("sagemaker", stage_cloud["endpoint"])
+        sm = aws_client("sagemaker", cloud["endpoint"])
         (job,) = [
             j
             for j in sm.list_processing_jobs()["ProcessingJobSummaries"]
@@ -285,7 +327,7 @@ def test_killing_the_task_stops_the_job(stage_cloud, engine):
 
 
 @slow
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["sagemaker_processing"])  # the trigger polls every engine alike
 def test_a_deferred_task_reattaches_on_retry_and_a_kill_in_the_triggerer_stops_the_job(stage_cloud, engine):
     from airflow.sdk.exceptions import TaskDeferred
 
@@ -338,7 +380,7 @@ def test_the_reaper_stops_the_job_of_a_task_that_died(stage_cloud, engine):
 
 
 @slow
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["ec2"])  # the same cancel as on_kill's, whatever the engine
 def test_execution_timeout_during_the_wait_stops_the_job(stage_cloud, engine):
     cloud = stage_cloud
     op = _operator(cloud, engine, "timeout", transform="etl_jobs:slow", transform_params={"seconds": 120})
