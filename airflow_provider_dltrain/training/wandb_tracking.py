@@ -165,20 +165,21 @@ class WandbRankTracker(RankTracker):
 
     # -- guarded W&B calls ----------------------------------------------------------------------
     def _failed(self, what: str, err: BaseException) -> None:
-        """A W&B call failed: raise when W&B is required, else say so once and stop using W&B."""
+        """A W&B call failed: end the W&B run, then raise when W&B is required, else warn once and
+        go on without W&B."""
         message = f"W&B {what} failed for project {self.spec.project!r}: {type(err).__name__}: {err}"[:2000]
-        if self.spec.required:
-            raise ExtraTrackingError(
-                f"{message}. extra_tracking['wandb']['required'] is True, so the training run fails; check "
-                "WANDB_API_KEY, the entity/project and the W&B server, or set required to False."
-            ) from err
-        log.warning("%s; training goes on without W&B (required is False)", message)
         run, self._run = self._run, None
         if run is not None:
             try:
                 run.finish(exit_code=1)
             except Exception as finish_err:  # the run is already unusable; MLflow has everything
                 log.debug("W&B finish after a failure also failed: %s", finish_err)
+        if self.spec.required:
+            raise ExtraTrackingError(
+                f"{message}. extra_tracking['wandb']['required'] is True, so the training run fails; check "
+                "WANDB_API_KEY, the entity/project and the W&B server, or set required to False."
+            ) from err
+        log.warning("%s; training goes on without W&B (required is False)", message)
 
     def _start(self, hparams: Mapping[str, Any], plan: ScanPlan, run_dir: str) -> None:
         try:
