@@ -47,16 +47,22 @@ def _factories() -> dict[str, Callable[..., Engine]]:
 def _training_factories() -> dict[str, Callable[..., Engine]]:
     """Engines that run training jobs (a ``TrainJobSpec``): ``TrainModelOperator(backend=name)``."""
     from airflow_provider_dltrain.engines.ec2 import Ec2Engine
+    from airflow_provider_dltrain.engines.kubeflow import KubeflowEngine
     from airflow_provider_dltrain.engines.ray_jobs import RayEngine
     from airflow_provider_dltrain.engines.sagemaker import SageMakerEngine
 
-    return {SageMakerEngine.name: SageMakerEngine, Ec2Engine.name: Ec2Engine, RayEngine.name: RayEngine}
+    return {
+        SageMakerEngine.name: SageMakerEngine,
+        Ec2Engine.name: Ec2Engine,
+        RayEngine.name: RayEngine,
+        KubeflowEngine.name: KubeflowEngine,
+    }
 
 
 # ``ec2`` runs a stage on one instance (Spark local[*]) with the EC2 engine training uses.
 ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit", "sagemaker_processing", "ec2")
 # ``TrainModelOperator(backend=...)`` names that run the training function as a job elsewhere.
-TRAINING_ENGINE_NAMES = ("sagemaker", "ec2", "ray")
+TRAINING_ENGINE_NAMES = ("sagemaker", "ec2", "ray", "kubeflow")
 
 
 def check_engine_name(name: str) -> None:
@@ -73,6 +79,7 @@ def options_class(name: str) -> type | None:
     from airflow_provider_dltrain.engines.emr import EmrOptions
     from airflow_provider_dltrain.engines.emr_serverless import EmrServerlessOptions
     from airflow_provider_dltrain.engines.glue import GlueOptions
+    from airflow_provider_dltrain.engines.kubeflow import KubeflowOptions
     from airflow_provider_dltrain.engines.ray_jobs import RayOptions
     from airflow_provider_dltrain.engines.sagemaker import SageMakerOptions
     from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingOptions
@@ -87,6 +94,7 @@ def options_class(name: str) -> type | None:
         "sagemaker_processing": SageMakerProcessingOptions,
         "ec2": Ec2Options,
         "ray": RayOptions,
+        "kubeflow": KubeflowOptions,
     }
     return classes.get(name)
 

@@ -40,6 +40,6 @@ class EngineHook:
     def get_engine(self, name: str, options: Mapping[str, Any] | None = None) -> Engine:
         """The adapter ``name`` with ``options``; the console region defaults to the connection's."""
         opts = dict(options or {})
-        if name not in ("spark_submit", "ray"):  # neither talks to an AWS region
+        if name not in ("spark_submit", "ray", "kubeflow"):  # none talks to an AWS region
             opts.setdefault("region", self.region)
         return get_engine(name, self.client, opts)

@@ -1,0 +1,436 @@
+"""Kubeflow Trainer: one TrainJob per task instance, created through the Kubeflow SDK.
+
+``kubeflow.trainer.TrainerClient`` creates the TrainJob with a ``CustomTrainer`` whose function is
+:func:`~.kubeflow_node.dltrain_train_job` (the SDK ships its source): torchrun on each of
+``num_nodes`` nodes starts it with the staged job script, spec and code bundle, and it runs the rank
+code every remote backend runs (the pinned version, the rows refused when they differ, training,
+rank 0's report beside the spec). Two places run the same TrainJob:
+
+* ``runtime_backend="kubernetes"`` (default): a cluster with Kubeflow Trainer v2 and the runtime
+  (``torch-distributed`` or your own ClusterTrainingRuntime); the nodes read the lake and the staging
+  area with their service account, MLflow credentials come from a Kubernetes Secret
+  (``tracking_secret``), never from the TrainJob spec.
+* ``runtime_backend="container"``: the SDK's Docker backend on this machine (a network per job, a
+  container per node), with a local image (``IfNotPresent``) and the SDK's default runtimes (no
+  download); ``container_mounts`` are bind-mounted at the same path (a lake, a staging area or an
+  MLflow store on local disk). The image must have no ENTRYPOINT: Docker gets the node's command as
+  arguments of one (Kubernetes replaces it).
+
+The TrainJob's name comes from the DAG, run, task and map index (``dltrain-<task>-<key>``), the same
+for every try: a retry, a deferred task's trigger and ``run_training`` with the same ``run_key``
+re-attach by that name *and* the job's uid (a TrainJob of the same name created since is another
+job). Where the job writes its result is recorded beside the staged runs (``trainjob.json``).
+``cancel`` deletes the TrainJob (its pods or containers go with it); ``teardown`` deletes a finished
+one, so the name is free for the next try.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_dltrain.engines.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobFailedError,
+    JobHandle,
+    JobStatus,
+    StagedRun,
+)
+from airflow_provider_dltrain.engines.run_spec import RunIdentity
+from airflow_provider_dltrain.engines.train_spec import job_tracking_env
+from airflow_provider_dltrain.engines.training_engine import TrainingEngine
+from airflow_provider_dltrain.exceptions import InvalidSpecError, require
+from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
+
+log = logging.getLogger(__name__)
+
+RUNTIME_BACKENDS = ("kubernetes", "container")
+# the SDK's TrainJob states in ours; a TrainJob that is gone was deleted (a kill, a teardown)
+STATES = {"Created": PENDING, "Running": RUNNING, "Complete": SUCCEEDED, "Failed": FAILED}
+LABEL = "dltrain.io"
+LOG_LINES = 20
+
+
+@dataclass(frozen=True)
+class KubeflowOptions:
+    """``backend_options`` of :class:`KubeflowEngine`, typed: the keyword arguments its constructor takes."""
+
+    staging_uri: str
+    image: str
+    num_nodes: int = 2
+    runtime: str = "torch-distributed"
+    runtime_backend: str = "kubernetes"
+    resources_per_node: Mapping[str, Any] | None = None
+    environment: Mapping[str, str] | None = None
+    namespace: str | None = None
+    service_account: str | None = None
+    tracking_secret: str | None = None
+    config_file: str | None = None
+    context: str | None = None
+    container_mounts: Sequence[str] = ()
+    dashboard_url: str | None = None
+    region: str | None = None
+
+
+class KubeflowEngine(TrainingEngine):
+    """Run ``train(ctx)`` as a Kubeflow TrainJob of ``num_nodes`` nodes, one rank per node.
+
+    :param clients: ``service name -> boto3 client``; only ``s3`` is used, when ``staging_uri`` is on S3.
+    :param staging_uri: where the spec, code, results and rank reports go: an ``s3://`` prefix the
+        nodes can read and write (their service account's role), or a directory every node mounts.
+    :param image: the training image (``docker/Dockerfile.train``: Python 3.11, torch, deltalake, MLflow).
+    :param num_nodes: nodes of the TrainJob, one rank each (the world size).
+    :param runtime: the (Cluster)TrainingRuntime the TrainJob references (a torch runtime: torchrun).
+    :param runtime_backend: ``"kubernetes"`` (a cluster) or ``"container"`` (Docker on this machine).
+    :param resources_per_node: e.g. ``{"cpu": 4, "memory": "16Gi", "gpu": 1}`` (the SDK's keys).
+    :param environment: more (non-secret) environment variables for every node.
+    :param namespace: the TrainJob's namespace (default: the kube-config context's).
+    :param service_account: the nodes' service account (the one that may read the lake).
+    :param tracking_secret: a Kubernetes Secret whose ``MLFLOW_TRACKING_*`` keys the nodes get as
+        environment variables; required on a cluster when the MLflow connection has credentials.
+    :param config_file: a kube-config file (default: ``~/.kube/config``, or in-cluster).
+    :param context: the kube-config context.
+    :param container_mounts: host directories mounted at the same path in every node container
+        (``runtime_backend="container"`` only).
+    :param dashboard_url: the task's job link, ``{namespace}`` and ``{name}`` filled in.
+    """
+
+    name = "kubeflow"
+
+    def __init__(
+        self,
+        clients: Any,
+        *,
+        staging_uri: str,
+        image: str,
+        num_nodes: int = 2,
+        runtime: str = "torch-distributed",
+        runtime_backend: str = "kubernetes",
+        resources_per_node: Mapping[str, Any] | None = None,
+        environment: Mapping[str, str] | None = None,
+        namespace: str | None = None,
+        service_account: str | None = None,
+        tracking_secret: str | None = None,
+        config_file: str | None = None,
+        context: str | None = None,
+        container_mounts: Sequence[str] = (),
+        dashboard_url: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        from airflow_provider_dltrain.engines.staging import Stager
+
+        if runtime_backend not in RUNTIME_BACKENDS:
+            raise InvalidSpecError(
+                f"backend option runtime_backend must be one of {RUNTIME_BACKENDS}, got {runtime_backend!r}"
+            )
+        if int(num_nodes) < 1:
+            raise InvalidSpecError(f"backend option num_nodes must be >= 1, got {num_nodes!r}")
+        if not image:
+            raise InvalidSpecError("backend option image is required: the training image every node runs")
+        if container_mounts and runtime_backend != "container":
+            raise InvalidSpecError("container_mounts is for runtime_backend='container' only")
+        staging = str(staging_uri or "")
+        self.stager = Stager(staging, clients("s3") if staging.startswith(("s3://", "s3a://")) else None)
+        self.image = image
+        self.num_nodes = int(num_nodes)
+        self.runtime = runtime
+        self.runtime_backend = runtime_backend
+        self.resources_per_node = dict(resources_per_node or {}) or None
+        self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
+        self.namespace = namespace
+        self.service_account = service_account
+        self.tracking_secret = tracking_secret
+        self.config_file = config_file
+        self.context = context
+        self.container_mounts = tuple(str(m) for m in container_mounts)
+        self.dashboard_url = dashboard_url
+        self._credentials: dict[str, str] = {}
+        self._client: Any = None
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes
+
+    def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
+        """MLflow credentials: the container backend's environment; a cluster takes them from a Secret."""
+        self._credentials = {k: v for k, v in credentials.items() if k in CREDENTIAL_KEYS and v}
+
+    # -- the SDK ----------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The SDK's ``TrainerClient`` on the chosen backend, made on first use."""
+        if self._client is None:
+            require("kubeflow.trainer", "kubeflow")
+            from kubeflow.trainer import TrainerClient
+
+            if self.runtime_backend == "container":
+                from kubeflow.trainer.backends.container.types import (
+                    ContainerBackendConfig,
+                    TrainingRuntimeSource,
+                )
+
+                # no runtime sources: the SDK's own defaults, never a download from GitHub
+                config = ContainerBackendConfig(
+                    pull_policy="IfNotPresent",
+                    container_runtime="docker",
+                    runtime_source=TrainingRuntimeSource(sources=[]),
+                )
+                self._client = TrainerClient(backend_config=config)
+                if self.container_mounts:
+                    backend = self._client.backend
+                    backend._adapter = _MountingAdapter(backend._adapter, self.container_mounts)
+            else:
+                from kubeflow.common.types import KubernetesBackendConfig
+
+                cluster = KubernetesBackendConfig(
+                    namespace=self.namespace, config_file=self.config_file, context=self.context
+                )
+                self._client = TrainerClient(backend_config=cluster)
+        return self._client
+
+    def trainjob_name(self, identity: RunIdentity) -> str:
+        """``dltrain-<task>-<key>``: the same for every try of a task instance, a valid DNS-1035 label."""
+        task = re.sub(r"[^a-z0-9-]+", "-", identity.task_id.lower()).strip("-")[:20].strip("-") or "task"
+        return f"dltrain-{task}-{identity.task_key[:12]}"
+
+    def trainer(self, staged: StagedRun) -> Any:
+        """The SDK's ``CustomTrainer`` for ``staged`` (its function, image, nodes, resources, env)."""
+        from kubeflow.trainer import CustomTrainer
+
+        from airflow_provider_dltrain.engines.kubeflow_node import dltrain_train_job
+
+        env = dict(self.environment)
+        if self.runtime_backend == "container":
+            env.update(job_tracking_env(self._credentials, None))
+        return CustomTrainer(
+            func=dltrain_train_job,
+            func_args={
+                "script_uri": staged.script_uri,
+                "spec_uri": staged.spec_uri,
+                "code_uri": staged.code_uri,
+            },
+            image=self.image,
+            num_nodes=self.num_nodes,
+            resources_per_node=self.resources_per_node,
+            env=env or None,
+        )
+
+    def options(self, staged: StagedRun, name: str) -> list[Any]:
+        """The SDK's options: the name, and on a cluster labels, annotations and the pod patch."""
+        from kubeflow.trainer.options import Name
+
+        if self.runtime_backend == "container":  # the SDK's container backend takes a name only
+            return [Name(name)]
+        from kubeflow.trainer.options import Annotations, Labels
+
+        identity = staged.spec.identity
+        options = [
+            Name(name),
+            Labels(
+                {
+                    "app.kubernetes.io/managed-by": "airflow-provider-dltrain",
+                    f"{LABEL}/task-key": identity.task_key,
+                    f"{LABEL}/map-index": str(identity.map_index),
+                }
+            ),
+            Annotations(
+                {
+                    f"{LABEL}/dag-id": identity.dag_id,
+                    f"{LABEL}/run-id": identity.run_id,
+                    f"{LABEL}/task-id": identity.task_id,
+                    f"{LABEL}/map-index": str(identity.map_index),
+                    f"{LABEL}/try-number": str(identity.try_number),
+                    f"{LABEL}/result-uri": staged.result_uri,
+                }
+            ),
+        ]
+        patch = self._pod_patch()
+        if patch is not None:
+            options.append(patch)
+        return options
+
+    def _pod_patch(self) -> Any:
+        """The nodes' service account and the MLflow Secret's keys as their environment."""
+        if self._credentials and not self.tracking_secret:
+            raise InvalidSpecError(
+                "the MLflow connection has credentials, and a TrainJob spec is readable by anyone who may "
+                "get TrainJobs in the namespace: put them in a Kubernetes Secret (keys "
+                f"{', '.join(CREDENTIAL_KEYS)}) and name it in backend option tracking_secret"
+            )
+        if not (self.service_account or self.tracking_secret):
+            return None
+        from kubeflow.trainer import options as o
+
+        env = [
+            {
+                "name": key,
+                "valueFrom": {"secretKeyRef": {"name": self.tracking_secret, "key": key, "optional": True}},
+            }
+            for key in CREDENTIAL_KEYS
+            if self.tracking_secret
+        ]
+        pod = o.PodSpecPatch(
+            service_account_name=self.service_account,
+            containers=[o.ContainerPatch(name="node", env=env)] if env else None,
+        )
+        template = o.JobTemplatePatch(spec=o.JobSpecPatch(template=o.PodTemplatePatch(spec=pod)))
+        replicated = [o.ReplicatedJobPatch(name="node", template=template)]
+        return o.RuntimePatch(
+            training_runtime_spec=o.TrainingRuntimeSpecPatch(
+                template=o.JobSetTemplatePatch(spec=o.JobSetSpecPatch(replicated_jobs=replicated))
+            )
+        )
+
+    # -- engine protocol --------------------------------------------------------------------------
+    def submit(self, staged: StagedRun) -> JobHandle:
+        identity = staged.spec.identity
+        name = self.trainjob_name(identity)
+        self._remove_leftover(name)
+        try:
+            self.client.train(
+                runtime=self.runtime, trainer=self.trainer(staged), options=self.options(staged, name)
+            )
+        except (RuntimeError, ValueError) as err:
+            raise JobFailedError(f"the Kubeflow SDK did not create TrainJob {name}: {err}") from err
+        handle = self._handle(name, self._uid(name), staged.result_uri)
+        self.stager.put(self._pointer(identity), json.dumps(handle.to_dict(), sort_keys=True).encode())
+        return handle
+
+    def find(self, identity: RunIdentity) -> JobHandle | None:
+        """This task instance's TrainJob if it is still running and is the one recorded (same uid)."""
+        raw = self.stager.get(self._pointer(identity))
+        if raw is None:
+            return None
+        handle = JobHandle.from_dict(json.loads(raw))
+        status = self.poll(handle)
+        return None if status.terminal else handle
+
+    def poll(self, handle: JobHandle) -> JobStatus:
+        name = handle.ids["job_name"]
+        if self._uid(name) != handle.ids.get("uid"):
+            return JobStatus(CANCELLED, "Deleted", f"TrainJob {name} (uid {handle.ids.get('uid')}) is gone")
+        job = self.client.get_job(name)
+        state = STATES.get(job.status, PENDING)
+        message = self._failed_logs(job) if state == FAILED else ""
+        return JobStatus(state, str(job.status), message)
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Delete the TrainJob (its pods or containers and network go with it), if it is this one."""
+        self._delete(handle)
+
+    def teardown(self, handle: JobHandle) -> None:
+        """Delete the TrainJob once it ended (a running one is left to its re-attaching try)."""
+        name = handle.ids["job_name"]
+        if self._uid(name) == handle.ids.get("uid") and STATES.get(self.client.get_job(name).status) in (
+            SUCCEEDED,
+            FAILED,
+        ):
+            self._delete(handle)
+
+    def log_location(self, handle: JobHandle) -> str:
+        name = handle.ids["job_name"]
+        if self.runtime_backend == "container":
+            return f"docker logs {name}-node-0 (… -node-{self.num_nodes - 1})"
+        return f"kubectl logs -n {handle.ids.get('namespace')} -l jobset.sigs.k8s.io/jobset-name={name}"
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _pointer(self, identity: RunIdentity) -> str:
+        return self.stager.uri("runs", identity.task_key, "trainjob.json")
+
+    def _handle(self, name: str, uid: str | None, result_uri: str) -> JobHandle:
+        namespace = getattr(self.client.backend, "namespace", None)
+        url = None
+        if self.dashboard_url:
+            url = self.dashboard_url.format(namespace=namespace or "", name=name)
+        return JobHandle(self.name, {"job_name": name, "uid": uid, "namespace": namespace}, result_uri, url)
+
+    def _uid(self, name: str) -> str | None:
+        """The uid of the TrainJob ``name`` (the container backend's: its network's id); ``None``: none."""
+        backend = self.client.backend
+        if self.runtime_backend == "container":
+            network = backend._adapter.get_network(f"{name}-net")
+            if not network or not backend._adapter.list_containers(
+                filters={"label": [f"trainer.kubeflow.org/trainjob-name={name}"]}
+            ):
+                return None
+            return str(network["id"])
+        from kubeflow.trainer.constants import constants
+        from kubernetes.client import ApiException
+
+        try:
+            job = backend.custom_api.get_namespaced_custom_object(
+                constants.GROUP, constants.VERSION, backend.namespace, constants.TRAINJOB_PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return str(job["metadata"]["uid"])
+
+    def _delete(self, handle: JobHandle) -> None:
+        name = handle.ids["job_name"]
+        if self._uid(name) != handle.ids.get("uid"):
+            log.info("TrainJob %s (uid %s) is gone: nothing to delete", name, handle.ids.get("uid"))
+            return
+        self.client.delete_job(name)
+
+    def _remove_leftover(self, name: str) -> None:
+        """Delete an ended TrainJob of an earlier try holding the name; refuse to replace a running one."""
+        uid = self._uid(name)
+        if uid is None:
+            return
+        status = str(self.client.get_job(name).status)
+        if STATES.get(status) in (PENDING, RUNNING):
+            raise JobFailedError(
+                f"TrainJob {name} exists and is {status}, but no try of this task recorded it: delete it "
+                f"(kubectl delete trainjob {name}) or wait for it to end"
+            )
+        log.info("deleting TrainJob %s (%s), left by an earlier try", name, status)
+        self.client.delete_job(name)
+
+    def _failed_logs(self, job: Any) -> str:
+        """The last log lines of the nodes that failed (the task error shows them)."""
+        lines: list[str] = []
+        for step in job.steps:
+            if step.status != "Failed" or not step.name.startswith("node"):
+                continue
+            try:
+                text = "".join(self.client.get_job_logs(job.name, step=step.name))
+            except Exception as err:  # the logs are a courtesy: the failure is the job's status
+                text = f"(no logs: {err})"
+            all_lines = text.strip().splitlines()
+            # the rank's own last words first: torchrun's summary fills the end of the log
+            lines.extend(line for line in all_lines if line.startswith("dltrain job failed on rank"))
+            tail = all_lines[-LOG_LINES:]
+            lines.append(f"--- {step.name} ({step.pod_name}), last {len(tail)} log lines ---")
+            lines.extend(tail)
+            if self.runtime_backend == "container":
+                break  # the SDK's container backend gives every node's log for step node-0
+        return "\n".join(lines)
+
+
+class _MountingAdapter:
+    """The SDK's Docker adapter, with ``mounts`` bind-mounted into every node container.
+
+    The SDK's container backend mounts only its own work directory; a lake, staging area or MLflow
+    store on this machine's disk must be visible to the nodes at the same path.
+    """
+
+    def __init__(self, inner: Any, mounts: Sequence[str]) -> None:
+        self._inner = inner
+        self._mounts = {path: {"bind": path, "mode": "rw"} for path in mounts}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def create_and_start_container(self, **kwargs: Any) -> str:
+        kwargs["volumes"] = {**self._mounts, **dict(kwargs.get("volumes") or {})}
+        return str(self._inner.create_and_start_container(**kwargs))

@@ -1,0 +1,298 @@
+"""backend="kubeflow": TrainJobs through the Kubeflow SDK's container backend, in the training image.
+
+Airflow operator (or ``run_training`` without Airflow) → ``kubeflow.trainer.TrainerClient`` with
+``ContainerBackendConfig`` → a Docker network and one container per node of the training image →
+torchrun → our rank code reading the pinned Delta version → MLflow on SQLite → rank 0's report. The
+lake, the staging area and the MLflow store live under the pytest base directory, which every node
+mounts at the same path (``container_mounts``). No image is pulled (``IfNotPresent`` on local tags),
+no runtime is downloaded (the SDK's default ``torch-distributed``). After each test no container,
+network or work directory of a TrainJob is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from tests.support.images import ensure_images
+
+pytestmark = [pytest.mark.slow, pytest.mark.containers]
+pytest.importorskip("kubeflow.trainer")
+
+DAYS = ("2026-11-24", "2026-11-25")
+HPARAMS = {"epochs": 2, "batch_size": 16, "seed": 3}
+JOB_LABEL = "trainer.kubeflow.org/trainjob-name"
+
+
+def _docker(*args: str) -> list[str]:
+    out = subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _left() -> list[str]:
+    """Containers and networks of dltrain TrainJobs still there, and their work directories."""
+    containers = _docker("ps", "-a", "--filter", f"label={JOB_LABEL}", "--format", "{{.Names}}")
+    networks = [n for n in _docker("network", "ls", "--format", "{{.Name}}") if n.startswith("dltrain-")]
+    workdirs = Path.home() / ".kubeflow" / "trainer" / "containers"
+    dirs = [str(p) for p in workdirs.glob("dltrain-*")] if workdirs.is_dir() else []
+    return containers + networks + dirs
+
+
+@pytest.fixture(scope="module")
+def kubeflow_image() -> str:
+    """The training image without its ENTRYPOINT (the SageMaker shim): the SDK's container backend
+    hands Docker the node's command as arguments of it, where Kubernetes replaces it."""
+    train = ensure_images(["train"])["train"]
+    tag = f"dltrain/train-kubeflow:{train.rsplit(':', 1)[1]}"
+    if not _docker("images", "-q", tag):
+        subprocess.run(
+            ["docker", "build", "-q", "-t", tag, "-"],
+            input=f"FROM {train}\nENTRYPOINT []\n",
+            text=True,
+            check=True,
+            capture_output=True,
+        )
+    return tag
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    from sm_train_fns import digits_partition
+
+    from airflow_provider_dltrain import lake
+
+    root = tmp_path_factory.mktemp("kubeflow-lake")
+    ref = None
+    for i, day in enumerate(DAYS):
+        ref = lake.overwrite_partition(str(root / "digits"), digits_partition(i, 16), {"ds": day})
+    return {"ref": ref.to_dict(), "base": str(tmp_path_factory.getbasetemp())}
+
+
+@pytest.fixture
+def kf_env(kubeflow_image, lake, tmp_path, monkeypatch):
+    db = tmp_path / "mlflow.db"
+    monkeypatch.chdir(tmp_path)  # MLflow's artifacts (./mlruns) under the mounted base directory
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_KF", json.dumps({"conn_type": "mlflow", "host": f"sqlite:///{db}"})
+    )
+    options = {
+        "staging_uri": str(tmp_path / "staging"),
+        "image": kubeflow_image,
+        "num_nodes": 2,
+        "runtime_backend": "container",
+        "container_mounts": [lake["base"]],
+        # torch's CPU sums depend on the thread count: one per rank, as ddp's ranks (torchrun's rule
+        # for several ranks per machine; one rank per node keeps every core otherwise)
+        "environment": {"OMP_NUM_THREADS": "1"},
+    }
+    yield {**lake, "options": options, "mlflow_uri": f"sqlite:///{db}", "tmp": tmp_path}
+    left = _left()
+    assert not left, f"left after the test: {left}"
+
+
+def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, deferrable=False):
+    from airflow_provider_dltrain.operators.training import TrainModelOperator
+
+    return TrainModelOperator(
+        task_id=task_id,
+        dataset=env["ref"],
+        train_fn=train_fn,
+        hparams=hparams or HPARAMS,
+        data_filter=[["ds", "<=", DAYS[-1]]],
+        backend="kubeflow",
+        backend_options=env["options"],
+        mlflow_conn_id="mlflow_kf",
+        aws_conn_id=None,
+        poll_interval=0.5,
+        deferrable=deferrable,
+    )
+
+
+def _context(task_id, try_number=1):
+    ti = mock.MagicMock(
+        dag_id="kubeflow_dag",
+        run_id=f"manual__{uuid.uuid4().hex[:8]}",
+        task_id=task_id,
+        try_number=try_number,
+    )
+    ti.map_index = -1
+    return {
+        "ti": ti,
+        "dag_run": mock.MagicMock(dag_id="kubeflow_dag"),
+        "run_id": ti.run_id,
+        "logical_date": None,
+    }
+
+
+def _run(env, run_id):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=env["mlflow_uri"]).get_run(run_id)
+
+
+def _node_containers(prefix: str, status: str = "running") -> list[str]:
+    return [
+        n
+        for n in _docker("ps", "-a", "--filter", f"status={status}", "--format", "{{.Names}}")
+        if n.startswith(prefix) and "-node-" in n
+    ]
+
+
+def _wait_running(prefix: str, timeout: float = 90.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = _node_containers(prefix)
+        if len(running) == 2:
+            return running
+        time.sleep(0.3)
+    raise AssertionError(f"no 2 running node containers named {prefix}*: {_docker('ps', '-a')}")
+
+
+def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(kf_env):
+    """Two nodes through the operator's deferral; the weights equal those of the same job under the
+    local ``ddp`` backend (same content, code, hparams, seed, world size); the TrainJob is deleted."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.training.runner import run_training
+
+    op = _operator(kf_env, "train_deferred", deferrable=True)
+    context = _context(op.task_id)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    kwargs = deferred.value.trigger.serialize()[1]
+    trigger = type(deferred.value.trigger)(**kwargs)  # a triggerer rebuilds the trigger from its kwargs
+
+    async def first_event():
+        return await anext(trigger.run())
+
+    import asyncio
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=300))
+    handle = event.payload["handle"]
+    assert handle["ids"]["job_name"].startswith("dltrain-train-deferred-") and handle["ids"]["uid"]
+    result = _operator(kf_env, "train_deferred").execute_complete(context, event.payload)
+
+    assert result["world_size"] == 2 and result["model_uri"].startswith("models:/")
+    run = _run(kf_env, result["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["dltrain.backend"] == "kubeflow"
+    pushed = {c.kwargs["key"]: c.kwargs["value"] for c in context["ti"].xcom_push.call_args_list}
+    assert pushed[XCOM_JOB]["ids"]["job_name"] == handle["ids"]["job_name"]
+
+    local = run_training(
+        "sm_train_fns:demo_train",
+        kf_env["ref"],
+        HPARAMS,
+        backend="ddp",
+        backend_options={"num_processes": 2},
+        data_filter=[["ds", "<=", DAYS[-1]]],
+        tracking=TrackingConfig(tracking_uri=kf_env["mlflow_uri"]),
+    )
+    assert result["weights_sha256"] == local.weights_sha256
+    assert result["metrics"] == local.metrics
+
+
+def test_a_failing_rank_fails_the_task_with_its_rank_reason_and_node_log(kf_env):
+    from airflow_provider_dltrain.exceptions import TrainingFailedError
+
+    op = _operator(kf_env, "train_fails", train_fn="sm_train_fns:failing_train")
+    with pytest.raises(TrainingFailedError) as failed:
+        op.execute(_context(op.task_id))
+    message = str(failed.value)
+    assert "kubeflow job dltrain-train-fails-" in message and "ended Failed" in message
+    assert "training failed on rank 1 of 2: ValueError: boom on rank 1" in message
+    # the failed node's log, in the task's error: its last words, then its tail
+    assert "Failed: dltrain job failed on rank 1: ValueError: boom on rank 1\n--- node-1 (" in message
+    spec = json.loads(next((kf_env["tmp"] / "staging" / "runs").glob("*/1/spec.json")).read_text())
+    assert _run(kf_env, spec["mlflow_run_id"]).info.status == "FAILED"
+
+
+def test_killing_the_task_deletes_the_trainjob_and_ends_the_mlflow_run_failed(kf_env):
+    op = _operator(kf_env, "train_killed", train_fn="sm_train_fns:slow_train", hparams={"sleep_s": 600})
+    errors: list[BaseException] = []
+
+    def execute():
+        try:
+            op.execute(_context(op.task_id))
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=execute, daemon=True)
+    thread.start()
+    _wait_running("dltrain-train-killed-")
+    op.on_kill()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors, errors
+    assert not _left()
+    spec = json.loads(next((kf_env["tmp"] / "staging" / "runs").glob("*/1/spec.json")).read_text())
+    assert _run(kf_env, spec["mlflow_run_id"]).info.status == "FAILED"
+
+
+_NOTEBOOK = """
+import json, logging, sys
+from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.training.runner import run_training
+
+logging.basicConfig(level=logging.INFO)
+args = json.loads(sys.argv[1])
+result = run_training(
+    "sm_train_fns:demo_train",
+    args["ref"],
+    {"epochs": 2, "batch_size": 16, "seed": 3},
+    backend="kubeflow",
+    backend_options=args["options"],
+    data_filter=[["ds", "<=", args["day"]]],
+    tracking=TrackingConfig(tracking_uri=args["mlflow_uri"]),
+    experiment_name="notebook",
+    run_key="nightly-digits",
+    poll_interval=0.5,
+)
+airflow = sorted(m for m in sys.modules if m == "airflow" or m.startswith("airflow."))
+print("RESULT " + json.dumps({"result": result.to_dict(), "airflow_modules": airflow}, default=str))
+"""
+
+
+def _notebook(env):
+    args = {"ref": env["ref"], "options": env["options"], "day": DAYS[-1], "mlflow_uri": env["mlflow_uri"]}
+    pythonpath = [str(Path(__file__).parents[1] / "engines"), os.environ.get("PYTHONPATH", "")]
+    return subprocess.Popen(
+        [sys.executable, "-c", _NOTEBOOK, json.dumps(args)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=env["tmp"],
+    )
+
+
+def test_run_training_without_airflow_reattaches_after_its_process_dies(kf_env):
+    """A notebook's ``run_training(backend="kubeflow", run_key=...)`` is SIGKILLed while its TrainJob
+    runs; the same call again finds the TrainJob by name and uid, waits and returns its result."""
+    killed = _notebook(kf_env)
+    try:
+        (first, _) = _wait_running("dltrain-demo-train-")
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.communicate(timeout=30)
+    name = first.rsplit("-node-", 1)[0]
+    again = _notebook(kf_env)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-4000:]
+    assert f"re-attaching to kubeflow job {{'job_name': '{name}'" in err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    done = json.loads(line.removeprefix("RESULT "))
+    assert done["airflow_modules"] == []
+    result = done["result"]
+    assert result["world_size"] == 2 and result["weights_sha256"]
+    assert _run(kf_env, result["run_id"]).info.status == "FINISHED"
