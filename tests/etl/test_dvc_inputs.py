@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def dvc_repo(tmp_path_factory) -> dict[str, Any]:
+def dvc_repo(tmp_path_factory) -> Iterator[dict[str, Any]]:
     """A git repository whose ``data/raw.csv`` is tracked by DVC, tagged v1 and v2 (other rows), its
     content pushed to a local DVC remote and its local cache removed: reads must use the remote."""
     import os
@@ -36,12 +37,16 @@ def dvc_repo(tmp_path_factory) -> dict[str, Any]:
     tmp_path = tmp_path_factory.mktemp("dvc")
     root, remote = tmp_path / "repo", tmp_path / "dvc-remote"
     root.mkdir()
-    cwd = os.getcwd()
-    os.chdir(root)  # DVC adds files relative to the working directory
-    try:
-        return _commit_versions(root, remote, Repo)
-    finally:
-        os.chdir(cwd)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "site-cache"))  # not /var/tmp/dvc
+        patch.setenv("DVC_NO_ANALYTICS", "1")
+        cwd = os.getcwd()
+        os.chdir(root)  # DVC adds files relative to the working directory
+        try:
+            repo = _commit_versions(root, remote, Repo)
+        finally:
+            os.chdir(cwd)
+        yield repo
 
 
 def _commit_versions(root: Path, remote: Path, Repo: Any) -> dict[str, Any]:
