@@ -293,11 +293,10 @@ class KubeflowEngine(TrainingEngine):
     def submit(self, staged: StagedRun) -> JobHandle:
         identity = staged.spec.identity
         name = self.trainjob_name(identity)
+        trainer, options = self.trainer(staged), self.options(staged, name)  # refused before anything
         self._remove_leftover(name)
         try:
-            self.client.train(
-                runtime=self.runtime, trainer=self.trainer(staged), options=self.options(staged, name)
-            )
+            self.client.train(runtime=self.runtime, trainer=trainer, options=options)
         except (RuntimeError, ValueError) as err:
             raise JobFailedError(f"the Kubeflow SDK did not create TrainJob {name}: {err}") from err
         handle = self._handle(name, self._uid(name), staged.result_uri)
