@@ -2,7 +2,7 @@
 
 Run as ``<script> --spec s3://…/spec.json --code …`` like the real entry. Under ``torchrun`` the ranks
 meet in torch's gloo process group; under ``horovodrun`` (Gloo or MPI controller) in Horovod's.
-``params.sleep`` makes it hang (kill tests), ``params.fail`` makes rank 0 raise (failure tests);
+``hparams.sleep`` makes it hang (kill tests), ``hparams.fail`` makes rank 0 raise (failure tests);
 otherwise rank 0 writes ``{"world": W, "sum": 1+…+W, "node": …, "hosts": [...], "controller": …}``
 to the spec's result URI, ``hosts`` being the distinct host names the ranks ran on.
 """
@@ -54,7 +54,7 @@ def main():
     bucket, _, key = args.spec.split("://", 1)[1].partition("/")
     s3 = boto3.client("s3")
     spec = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    params = spec["params"]
+    params = spec["hparams"]
     under_horovod = "HOROVOD_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ
     rank, world, total, hosts, controller, close = _horovod() if under_horovod else _torch()
     time.sleep(float(params.get("sleep", 0)))

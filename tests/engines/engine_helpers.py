@@ -9,8 +9,9 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from airflow_provider_dltrain.engines import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines import RunIdentity
 from airflow_provider_dltrain.engines.base import StagedRun
+from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
 from airflow_provider_dltrain.testing.fake_aws_process import connection_json
 
 # The EC2 tests' entry: an all-reduce across the ranks (the real entry is tested with the operator).
@@ -90,18 +91,23 @@ def staged_ec2_run(
     task_id: str = "train",
     try_number: int = 1,
 ) -> StagedRun:
-    """A run staged in ``s3://{bucket}/staging`` as the EC2 engine expects, its entry the all-reduce script."""
+    """A training job staged in ``s3://{bucket}/staging`` as the EC2 engine expects, its entry the
+    all-reduce script (which reads ``params`` from the spec's ``hparams``)."""
     s3 = aws_client("s3", endpoint)
     identity = RunIdentity(
         dag_id=dag_id, run_id=f"r-{uuid.uuid4().hex[:6]}", task_id=task_id, try_number=try_number
     )
     root = f"s3://{bucket}/staging"
     run = f"{root}/runs/{identity.task_key}/{try_number}"
-    spec = RunSpec(
-        stage="etl",
-        table_uri="s3://x/t",
-        partition={"ds": "d"},
-        params=params,
+    # a training job's spec: the EC2 engine runs a stage's RunSpec on one instance under plain python
+    spec = TrainJobSpec(
+        train_fn="ec2_entry:main",
+        dataset={"uri": "s3://x/t", "version": 0},
+        data_filter=[],
+        hparams=params,
+        seed=0,
+        world_size=1,
+        data_fingerprint="",
         identity=identity,
         result_uri=f"{run}/result.json",
     )
