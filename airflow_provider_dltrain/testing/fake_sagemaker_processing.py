@@ -12,7 +12,9 @@ lets a second job take an existing name and stops any job, even a finished one. 
   command of the SageMaker Spark images) becomes ``python <app> args`` (the entry builds Spark
   ``local[*]``; spark-submit options before the app are dropped) and ``/opt/ml/processing`` paths
   point into the job's directory; in container mode the job runs as SageMaker runs it, its entry
-  point in its ``ImageUri`` with the job's directory mounted at ``/opt/ml/processing``;
+  point in its ``ImageUri`` with the job's directory mounted at ``/opt/ml/processing`` (an image
+  without the SageMaker Spark images' ``smspark-submit`` gets a stand-in mounted: the app under the
+  image's ``python``, Spark ``local[*]``), so the job has only the image's packages;
 * the job becomes ``Completed``, or ``Failed`` with ``FailureReason = "AlgorithmError: " +`` stderr's
   tail and ``ExitMessage`` set, as SageMaker reports a container that exited non-zero;
 * ``StopProcessingJob`` kills the job and makes it ``Stopped``; a job not in progress is refused.
@@ -46,6 +48,22 @@ ROOT = "/opt/ml/processing"
 SPARK_SUBMIT = "smspark-submit"
 # spark-submit options taking a value, which come before the app in ``ContainerEntrypoint``
 VALUED_OPTIONS = {"--py-files", "--jars", "--files", "--class", "--local-spark-event-logs-dir"}
+# in a container: ``smspark-submit [options] app args`` as the app under the image's python
+SPARK_SUBMIT_STUB = "\n".join(
+    [
+        "#!/bin/sh",
+        "while [ $# -gt 0 ]; do",
+        '  case "$1" in',
+        f"    {'|'.join(sorted(VALUED_OPTIONS))}) shift 2 ;;",
+        "    --*) shift ;;",
+        "    *) break ;;",
+        "  esac",
+        "done",
+        'exec python "$@"',
+        "",
+    ]
+)
+STUB_DIR = "/opt/fake-sagemaker/bin"
 
 
 def job_key(account: str, region: str, name: str) -> tuple[str, ...]:
@@ -111,8 +129,14 @@ class ProcessingContainer:
         container = None
         command = host_command(entry, self.root)
         if self.ex.containers is not None:
-            image = spec.get("ImageUri") or ""
-            container = ContainerSpec(image, {str(self.root): ROOT}, ROOT, entrypoint=entry[0])
+            mounts, entrypoint = {str(self.root): ROOT}, entry[0]
+            if entrypoint == SPARK_SUBMIT:
+                stubs = self.ex.new_workdir("sagemaker-processing-bin")
+                (stubs / SPARK_SUBMIT).write_text(SPARK_SUBMIT_STUB)
+                (stubs / SPARK_SUBMIT).chmod(0o755)
+                mounts[str(stubs)] = STUB_DIR
+                entrypoint = f"{STUB_DIR}/{SPARK_SUBMIT}"
+            container = ContainerSpec(spec.get("ImageUri") or "", mounts, ROOT, entrypoint=entrypoint)
             command = entry[1:]
         self.ex.start_process(
             self.key,

@@ -4,7 +4,7 @@ Glue: the Glue-like image (Spark 3.5, Java 17, Glue 5's own modules) pip-install
 ``--additional-python-modules`` and runs the job script. EMR Serverless: the EMR-like image has no
 Python package at all; the job's come from the venv-pack archive of ``venv_archive_uri``. SageMaker:
 the job's ``TrainingImage`` runs its ``ContainerEntrypoint`` with ``/opt/ml`` as SageMaker lays it
-out. For each, a job that has what it imports succeeds, and one that lacks a module fails the task
+out; a processing job's ``ImageUri`` runs it with ``/opt/ml/processing``. For each, a job that has what it imports succeeds, and one that lacks a module fails the task
 with the module's name, as it would on AWS.
 """
 
@@ -112,6 +112,18 @@ def test_a_glue_job_without_deltalake_in_its_modules_fails_naming_it(cloud):
     with pytest.raises(JobFailedError, match="No module named 'deltalake'"):
         op.execute(_context(op.task_id))
     assert _no_table(cloud, "glue_bad")
+
+
+def test_a_sagemaker_processing_job_whose_image_lacks_deltalake_fails_naming_it(cloud, images):
+    """The Glue-like image stands for a SageMaker Spark processing image: Spark 3.5 and boto3, pyarrow,
+    but no deltalake (the fake mounts a stand-in for its ``smspark-submit``)."""
+    from airflow_provider_dltrain.engines import JobFailedError
+
+    options = {"role": "arn:aws:iam::123456789012:role/SageMakerProcessingRole", "image_uri": images["glue"]}
+    op = _etl(cloud, "sagemaker_processing", options, "processing_bad")
+    with pytest.raises(JobFailedError, match="No module named 'deltalake'"):
+        op.execute(_context(op.task_id))
+    assert _no_table(cloud, "processing_bad")
 
 
 def _archive(cloud, path):
