@@ -100,7 +100,7 @@ def kf_env(kubeflow_image, lake, tmp_path, monkeypatch):
     assert not left, f"left after the test: {left}"
 
 
-def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, deferrable=False):
+def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, deferrable=False, **kwargs):
     from airflow_provider_dltrain.operators.training import TrainModelOperator
 
     return TrainModelOperator(
@@ -115,6 +115,7 @@ def _operator(env, task_id, train_fn="sm_train_fns:demo_train", hparams=None, de
         aws_conn_id=None,
         poll_interval=0.5,
         deferrable=deferrable,
+        **kwargs,
     )
 
 
@@ -160,7 +161,8 @@ def _wait_running(prefix: str, timeout: float = 90.0) -> list[str]:
 
 def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(kf_env):
     """Two nodes through the operator's deferral; the weights equal those of the same job under the
-    local ``ddp`` backend (same content, code, hparams, seed, world size); the TrainJob is deleted."""
+    local ``ddp`` backend (same content, code, hparams, seed, world size); the TrainJob is deleted.
+    Once the model is registered, an unchanged re-run skips without creating a TrainJob."""
     from airflow.sdk.exceptions import TaskDeferred
 
     from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
@@ -201,6 +203,28 @@ def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(kf_env):
     )
     assert result["weights_sha256"] == local.weights_sha256
     assert result["metrics"] == local.metrics
+
+    # registered, then the same inputs again: the task skips before any TrainJob is created
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_dltrain.engines.kubeflow import KubeflowEngine
+    from airflow_provider_dltrain.registry import GateSpec, register_and_promote
+
+    tracking = TrackingConfig(tracking_uri=kf_env["mlflow_uri"])
+    register_and_promote(
+        tracking,
+        model_name="digits",
+        model_uri=result["model_uri"],
+        run_id=result["run_id"],
+        metrics=result["metrics"],
+        gate=GateSpec("val_accuracy", "max"),
+    )
+    again = _operator(kf_env, "train_again", skip_if_unchanged="digits")
+    submit = mock.patch.object(
+        KubeflowEngine, "submit", side_effect=AssertionError("a TrainJob was submitted")
+    )
+    with submit, pytest.raises(AirflowSkipException, match="unchanged since digits v1"):
+        again.execute(_context(again.task_id))
 
 
 def test_a_failing_rank_fails_the_task_with_its_rank_reason_and_node_log(kf_env):
