@@ -38,6 +38,11 @@ def add_reap_parser(sub: Any) -> None:
         default=None,
         help="only resources created longer ago than this, e.g. 90s, 30m, 2h, 1d",
     )
+    reap_cmd.add_argument(
+        "--kubeflow-namespace",
+        default=None,
+        help="also the running Kubeflow TrainJobs of backend='kubeflow' in this namespace (the kube-config's cluster)",
+    )
     reap_cmd.add_argument("--dry-run", action="store_true", help="list what would be reaped, touch nothing")
     reap_cmd.add_argument(
         "--all-finished-tasks",
@@ -81,6 +86,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
         lookup,
         dry_run=args.dry_run,
         older_than=args.older_than,
+        trainjobs=_trainjobs(args.kubeflow_namespace),
     )
     for outcome in outcomes:
         print(format_outcome(outcome))
@@ -88,6 +94,14 @@ def cmd_reap(args: argparse.Namespace) -> int:
     verb = "would reap" if args.dry_run else "reaped"
     print(f"{verb} {reaped} of {len(outcomes)} dltrain resource(s)", file=sys.stderr)
     return 1 if any(o.action == "failed" for o in outcomes) else 0
+
+
+def _trainjobs(namespace: str | None) -> Any:
+    if not namespace:
+        return None
+    from airflow_provider_dltrain.engines.kubeflow_reaper import trainer_client
+
+    return trainer_client(namespace)
 
 
 def _nothing_runs(_identity: Any) -> bool:

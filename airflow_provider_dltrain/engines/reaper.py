@@ -23,6 +23,7 @@ from airflow_provider_dltrain.engines import (
     emr,
     emr_serverless,
     glue,
+    kubeflow_reaper,
     sagemaker,
     sagemaker_processing,
 )
@@ -44,7 +45,7 @@ SAGEMAKER_PROCESSING_JOB = sagemaker_processing.RESOURCE_KIND
 LIVE_TASK_STATES = frozenset(
     {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
-VERBS = {adapter.RESOURCE_KIND: adapter.STOP_VERB for adapter in ADAPTERS}
+VERBS = {adapter.RESOURCE_KIND: adapter.STOP_VERB for adapter in (*ADAPTERS, kubeflow_reaper)}
 DONE = {"terminate": "terminated", "stop": "stopped", "cancel": "cancelled"}
 
 IsTaskRunning = Callable[[RunIdentity], bool]
@@ -83,10 +84,14 @@ class Outcome:
         }
 
 
-def find_resources(clients: Clients) -> list[Resource]:
+def find_resources(clients: Clients, trainjobs: Any = None) -> list[Resource]:
     """Every live resource carrying our identity tags, as each adapter lists its own: EMR clusters,
-    Glue and EMR Serverless job runs, EC2 instances, SageMaker training and processing jobs."""
-    return [res for adapter in ADAPTERS for res in adapter.live_resources(clients)]
+    Glue and EMR Serverless job runs, EC2 instances, SageMaker training and processing jobs; with
+    ``trainjobs`` (a Kubeflow ``TrainerClient``), the running TrainJobs of its namespace too."""
+    found = [res for adapter in ADAPTERS for res in adapter.live_resources(clients)]
+    if trainjobs is not None:
+        found.extend(kubeflow_reaper.live_resources(trainjobs))
+    return found
 
 
 def reap(
@@ -95,6 +100,7 @@ def reap(
     *,
     dry_run: bool = False,
     older_than: timedelta | None = None,
+    trainjobs: Any = None,
 ) -> list[Outcome]:
     """Stop every resource of ours whose task no longer runs (and, if given, older than ``older_than``).
 
@@ -102,7 +108,10 @@ def reap(
     resource that cannot be stopped is reported as ``failed`` and does not stop the others.
     """
     now = datetime.now(timezone.utc)
-    decided = [(res, _keep_reason(res, is_task_running, older_than, now)) for res in find_resources(clients)]
+    decided = [
+        (res, _keep_reason(res, is_task_running, older_than, now))
+        for res in find_resources(clients, trainjobs)
+    ]
     outcomes = []
     for res, keep in decided:
         if keep:
@@ -115,7 +124,10 @@ def reap(
             outcomes.append(Outcome(res, f"would {verb}", "task not running"))
             continue
         try:
-            _stop(clients, res)
+            if res.kind == kubeflow_reaper.RESOURCE_KIND:
+                kubeflow_reaper.stop_resource(trainjobs, res)
+            else:
+                _stop(clients, res)
         except Exception as err:  # one protected cluster must not leave the others running
             log.warning("could not %s %s: %s", verb, res.describe(), err)
             outcomes.append(Outcome(res, "failed", f"{type(err).__name__}: {err}"))

@@ -45,11 +45,13 @@ class DltrainReapOperator(BaseOperator):
         like ``"2h"`` / ``"30m"`` (templated); default: any age.
     :param dry_run: list what would be reaped, touch nothing.
     :param region_name: overrides the connection's region.
+    :param kubeflow_namespace: also reap the running Kubeflow TrainJobs of ``backend="kubeflow"`` in
+        this namespace (the worker's kube-config or in-cluster service account; templated).
     :return: the reaped resources as a list of dicts (``kind``, ``id``, ``dag_id``, ``run_id``,
         ``task_id``, ``map_index``, ``state``, ``created``, ``action``, ``reason``).
     """
 
-    template_fields: Sequence[str] = ("aws_conn_id", "older_than")
+    template_fields: Sequence[str] = ("aws_conn_id", "older_than", "kubeflow_namespace")
     ui_color = "#f4d9d0"
 
     def __init__(
@@ -59,6 +61,7 @@ class DltrainReapOperator(BaseOperator):
         older_than: timedelta | str | None = None,
         dry_run: bool = False,
         region_name: str | None = None,
+        kubeflow_namespace: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -66,6 +69,7 @@ class DltrainReapOperator(BaseOperator):
         self.older_than = older_than
         self.report_only = dry_run  # not self.dry_run: BaseOperator.dry_run() is a method
         self.region_name = region_name
+        self.kubeflow_namespace = kubeflow_namespace
 
     def _older_than(self) -> timedelta | None:
         from airflow_provider_dltrain.engines.reaper import parse_duration
@@ -84,8 +88,17 @@ class DltrainReapOperator(BaseOperator):
         with fail_fast_on_user_error():
             older_than = self._older_than()
         hook = EngineHook(self.aws_conn_id, region_name=self.region_name)
+        trainjobs = None
+        if self.kubeflow_namespace:
+            from airflow_provider_dltrain.engines.kubeflow_reaper import trainer_client
+
+            trainjobs = trainer_client(self.kubeflow_namespace)
         outcomes = reap(
-            hook.client, task_states_lookup(context["ti"]), dry_run=self.report_only, older_than=older_than
+            hook.client,
+            task_states_lookup(context["ti"]),
+            dry_run=self.report_only,
+            older_than=older_than,
+            trainjobs=trainjobs,
         )
         failed = [o for o in outcomes if o.action == "failed"]
         if failed:

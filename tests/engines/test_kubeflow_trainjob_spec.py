@@ -56,6 +56,12 @@ class FakeApiServer:
             }
             self.jobs[name]["metadata"]["creationTimestamp"] = "2026-12-06T00:00:00Z"
             return 201, self.jobs[name]
+        if method == "GET" and path == jobs:
+            return 200, {
+                "apiVersion": f"{API[6:]}",
+                "kind": "TrainJobList",
+                "items": list(self.jobs.values()),
+            }
         name = path.rsplit("/", 1)[-1]
         if path == f"{jobs}/{name}" and name in self.jobs:
             if method == "DELETE":
@@ -248,3 +254,45 @@ def test_mlflow_credentials_without_a_secret_are_refused_on_a_cluster(api):
     with pytest.raises(InvalidSpecError, match="name it in backend option tracking_secret"):
         engine.submit(_staged())
     assert api.created == []
+
+
+def test_the_reaper_deletes_a_running_trainjob_whose_task_no_longer_runs(api):
+    from airflow_provider_dltrain.engines import reaper
+
+    engine = _engine()
+    handle = engine.submit(_staged())
+    name = handle.ids["job_name"]
+    ended = engine.submit(_staged_for("other_task"))
+    api.jobs[ended.ids["job_name"]]["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    seen = []
+
+    def is_task_running(identity):
+        seen.append(identity)
+        return False
+
+    with mock.patch.object(reaper, "ADAPTERS", ()):  # the AWS adapters are tested elsewhere
+        outcomes = reaper.reap(lambda service: None, is_task_running, trainjobs=engine.client)
+    (outcome,) = outcomes  # the Complete one is not a live resource
+    assert outcome.action == "stopped" and outcome.resource.id == f"ml/{name}"
+    from airflow_provider_dltrain.engines.run_spec import RunIdentity
+
+    # the identity from the TrainJob's annotations: the task the reaper asks about
+    assert seen == [RunIdentity(**_identity_fields())]
+    assert api.deleted == [name]
+
+
+def _identity_fields():
+    return {
+        "dag_id": "nightly",
+        "run_id": "scheduled__2026-12-05T00:00:00+00:00",
+        "task_id": "train_model",
+        "map_index": 3,
+    }
+
+
+def _staged_for(task_id):
+    from dataclasses import replace
+
+    staged = _staged()
+    spec = mock.MagicMock(identity=replace(staged.spec.identity, task_id=task_id))
+    return replace(staged, spec=spec)
