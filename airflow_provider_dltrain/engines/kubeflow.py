@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 RUNTIME_BACKENDS = ("kubernetes", "container")
 # the SDK's TrainJob states in ours; a TrainJob that is gone was deleted (a kill, a teardown)
 STATES = {"Created": PENDING, "Running": RUNNING, "Complete": SUCCEEDED, "Failed": FAILED}
-LABEL = "dltrain.io"
 LOG_LINES = 20
 
 
@@ -229,65 +228,18 @@ class KubeflowEngine(TrainingEngine):
 
         if self.runtime_backend == "container":  # the SDK's container backend takes a name only
             return [Name(name)]
-        from kubeflow.trainer.options import Annotations, Labels
+        from airflow_provider_dltrain.engines.kubeflow_cluster import cluster_options
 
-        identity = staged.spec.identity
-        options = [
+        return [
             Name(name),
-            Labels(
-                {
-                    "app.kubernetes.io/managed-by": "airflow-provider-dltrain",
-                    f"{LABEL}/task-key": identity.task_key,
-                    f"{LABEL}/map-index": str(identity.map_index),
-                }
-            ),
-            Annotations(
-                {
-                    f"{LABEL}/dag-id": identity.dag_id,
-                    f"{LABEL}/run-id": identity.run_id,
-                    f"{LABEL}/task-id": identity.task_id,
-                    f"{LABEL}/map-index": str(identity.map_index),
-                    f"{LABEL}/try-number": str(identity.try_number),
-                    f"{LABEL}/result-uri": staged.result_uri,
-                }
+            *cluster_options(
+                staged.spec.identity,
+                staged.result_uri,
+                credentials=self._credentials,
+                service_account=self.service_account,
+                tracking_secret=self.tracking_secret,
             ),
         ]
-        patch = self._pod_patch()
-        if patch is not None:
-            options.append(patch)
-        return options
-
-    def _pod_patch(self) -> Any:
-        """The nodes' service account and the MLflow Secret's keys as their environment."""
-        if self._credentials and not self.tracking_secret:
-            raise InvalidSpecError(
-                "the MLflow connection has credentials, and a TrainJob spec is readable by anyone who may "
-                "get TrainJobs in the namespace: put them in a Kubernetes Secret (keys "
-                f"{', '.join(CREDENTIAL_KEYS)}) and name it in backend option tracking_secret"
-            )
-        if not (self.service_account or self.tracking_secret):
-            return None
-        from kubeflow.trainer import options as o
-
-        env = [
-            {
-                "name": key,
-                "valueFrom": {"secretKeyRef": {"name": self.tracking_secret, "key": key, "optional": True}},
-            }
-            for key in CREDENTIAL_KEYS
-            if self.tracking_secret
-        ]
-        pod = o.PodSpecPatch(
-            service_account_name=self.service_account,
-            containers=[o.ContainerPatch(name="node", env=env)] if env else None,
-        )
-        template = o.JobTemplatePatch(spec=o.JobSpecPatch(template=o.PodTemplatePatch(spec=pod)))
-        replicated = [o.ReplicatedJobPatch(name="node", template=template)]
-        return o.RuntimePatch(
-            training_runtime_spec=o.TrainingRuntimeSpecPatch(
-                template=o.JobSetTemplatePatch(spec=o.JobSetSpecPatch(replicated_jobs=replicated))
-            )
-        )
 
     # -- engine protocol --------------------------------------------------------------------------
     def submit(self, staged: StagedRun) -> JobHandle:

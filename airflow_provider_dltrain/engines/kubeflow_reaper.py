@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_dltrain.engines.kubeflow_cluster import MANAGED_BY, identity_of
 from airflow_provider_dltrain.engines.resources import Resource
-from airflow_provider_dltrain.engines.run_spec import RunIdentity
 
 RESOURCE_KIND, STOP_VERB = "kubeflow_trainjob", "stop"
-MANAGED_BY = "app.kubernetes.io/managed-by=airflow-provider-dltrain"
 ENDED = ("Complete", "Failed")
 
 
@@ -46,12 +45,12 @@ def live_resources(trainjobs: Any) -> Iterator[Resource]:
         constants.VERSION,
         backend.namespace,
         constants.TRAINJOB_PLURAL,
-        label_selector=MANAGED_BY,
+        label_selector="=".join(MANAGED_BY),
     )
     for job in listing.get("items", []):
         meta = job.get("metadata", {})
         state = _state(job)
-        identity = _identity(meta.get("annotations") or {})
+        identity = identity_of(meta.get("annotations") or {})
         if identity is None or state in ENDED:
             continue
         created = meta.get("creationTimestamp")
@@ -74,14 +73,3 @@ def _state(job: dict[str, Any]) -> str:
         if condition.get("type") in ENDED and condition.get("status") == "True":
             return str(condition["type"])
     return "Running"
-
-
-def _identity(annotations: dict[str, str]) -> RunIdentity | None:
-    if "dltrain.io/run-id" not in annotations:
-        return None
-    return RunIdentity(
-        dag_id=annotations.get("dltrain.io/dag-id", "adhoc"),
-        run_id=annotations["dltrain.io/run-id"],
-        task_id=annotations.get("dltrain.io/task-id", "adhoc"),
-        map_index=int(annotations.get("dltrain.io/map-index", "-1")),
-    )
