@@ -63,11 +63,13 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     :param backend: ``"local"``, ``"torch_distributor"``, ``"sagemaker"`` (a training job per try,
         see ``engines/sagemaker.py``), ``"ec2"`` (a per-run EC2 cluster,
         ``engines/ec2.py``), ``"ray"`` (a Ray job on an existing cluster, ``engines/ray_jobs.py``),
-        another registered name, or a backend object.
+        ``"kubeflow"`` (a Kubeflow Trainer TrainJob, ``engines/kubeflow.py``), another registered
+        name, or a backend object.
     :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``;
         for ``sagemaker`` ``staging_uri``, ``role``, ``instance_type``, ``instance_count``,
         ``processes_per_host``, ``distribution``, ``use_spot``, ``tracking_secret``, … (no secrets);
-        for ``ray`` ``address`` (the dashboard URL), ``staging_uri``, ``num_workers``, ….
+        for ``ray`` ``address`` (the dashboard URL), ``staging_uri``, ``num_workers``, …; for
+        ``kubeflow`` ``staging_uri``, ``image``, ``num_nodes``, ``runtime``, ``service_account``, ….
     :param experiment_name: MLflow experiment (default: the DAG id) (templated).
     :param mlflow_conn_id: ``mlflow`` connection; when missing the embedded store is used.
     :param aws_conn_id: ``aws`` connection for ``s3://`` tables and for cloud backends' API calls.

@@ -33,7 +33,8 @@ StorageFor = Callable[[str], "Mapping[str, str] | None"]
 
 
 def is_remote_backend(backend: Any) -> bool:
-    """True for the backends that train as a job elsewhere (``"sagemaker"``, ``"ec2"``, ``"ray"``)."""
+    """True for the backends that train as a job elsewhere (``"sagemaker"``, ``"ec2"``, ``"ray"``,
+    ``"kubeflow"``)."""
     from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES
 
     return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES

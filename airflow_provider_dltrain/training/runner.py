@@ -67,8 +67,9 @@ def run_training(
     :param dataset: the pinned Delta version (a ``DeltaRef``, its dict or JSON).
     :param hparams: hyper-parameters; ``hparams["seed"]`` (default 0) seeds every rank.
     :param backend: ``"local"``, ``"torch_distributor"`` (options e.g. ``{"num_processes": 2}``),
-        ``"horovod"``, an object, or a job elsewhere: ``"sagemaker"``, ``"ec2"`` or ``"ray"`` (options as
-        ``TrainModelOperator``'s ``backend_options``; the job reads the table with its own role).
+        ``"horovod"``, an object, or a job elsewhere: ``"sagemaker"``, ``"ec2"``, ``"ray"`` or
+        ``"kubeflow"`` (options as ``TrainModelOperator``'s ``backend_options``; the job reads the
+        table with its own role).
     :param data_filter: DNF filter such as ``[["ds", "<=", "2026-11-28"]]``.
     :param tracking: where MLflow lives (default: ``TrackingConfig()``); ``False`` records nothing
         and saves the model's ``state_dict`` under the run directory instead.
