@@ -296,3 +296,24 @@ def _staged_for(task_id):
     staged = _staged()
     spec = mock.MagicMock(identity=replace(staged.spec.identity, task_id=task_id))
     return replace(staged, spec=spec)
+
+
+def test_a_misspelt_kubeflow_option_fails_when_the_dag_is_defined_and_the_dataclass_is_taken():
+    from airflow_provider_dltrain.engines.kubeflow import KubeflowOptions
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+    from airflow_provider_dltrain.operators.training import TrainModelOperator
+
+    kwargs = {
+        "task_id": "train",
+        "dataset": {"uri": "/tmp/t", "version": 1},
+        "train_fn": "m:f",
+        "backend": "kubeflow",
+    }
+    with pytest.raises(
+        InvalidSpecError, match="unknown backend option 'num_node' for backend 'kubeflow'; valid: "
+    ):
+        TrainModelOperator(backend_options={"staging_uri": "s3://b/s", "image": "i", "num_node": 4}, **kwargs)
+    typed = TrainModelOperator(backend_options=KubeflowOptions(staging_uri="s3://b/s", image="i"), **kwargs)
+    assert (
+        typed.backend_options["num_nodes"] == 2 and typed.backend_options["runtime_backend"] == "kubernetes"
+    )
