@@ -58,13 +58,23 @@ def _run_on_two_hosts(env, **options):
     return result, ips, seen
 
 
+def _no_container_left(instance: str, timeout: float = 30.0) -> bool:
+    """Whether the terminated instances' containers are gone (docker removes them a moment after)."""
+    deadline = time.monotonic() + timeout
+    while labelled("ps", instance):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 def test_torchrun_across_two_hosts_meets_at_rank0s_address(cluster):
     result, ips, seen = _run_on_two_hosts(cluster, launcher="torchrun")
     assert len(set(ips)) == 2 and not {"127.0.0.1"} & set(ips)
     assert sorted(a for addresses in seen.values() for a in addresses) == sorted(ips), seen
     assert result["world"] == 2 and result["sum"] == 3.0 and result["controller"] == "torch"
     assert result["hosts"] == sorted(f"ip-{ip.replace('.', '-')}" for ip in ips), "one rank on each host"
-    assert not labelled("ps", cluster["instance"]), "terminated instances leave no container"
+    assert _no_container_left(cluster["instance"]), "terminated instances leave no container"
 
 
 def test_horovodrun_across_two_hosts_through_mpi_over_ssh(cluster):
@@ -72,4 +82,4 @@ def test_horovodrun_across_two_hosts_through_mpi_over_ssh(cluster):
     assert result["world"] == 2 and result["sum"] == 3.0
     assert result["controller"] == "mpi", "the ranks must have been started by mpirun, not Gloo's runner"
     assert result["hosts"] == sorted(f"ip-{ip.replace('.', '-')}" for ip in ips), "one rank on each host"
-    assert not labelled("ps", cluster["instance"]), "terminated instances leave no container"
+    assert _no_container_left(cluster["instance"]), "terminated instances leave no container"
