@@ -316,20 +316,26 @@ RESOURCE_KIND, STOP_VERB = "sagemaker_training_job", "stop"
 
 def live_resources(clients: Clients) -> Iterator[Resource]:
     """Every InProgress training job tagged with a task identity (``CreateTrainingJob``'s ``Tags``)."""
+    return live_jobs(clients, "Training", RESOURCE_KIND)
+
+
+def live_jobs(clients: Clients, kind: str, resource_kind: str) -> Iterator[Resource]:
+    """Every InProgress SageMaker ``kind`` job (``"Training"``, ``"Processing"``) tagged with a task identity."""
     client = clients("sagemaker")
-    pages = client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
-    for summary in (j for page in pages for j in page.get("TrainingJobSummaries", [])):
-        tags = client.list_tags(ResourceArn=summary["TrainingJobArn"]).get("Tags", [])
+    pages = client.get_paginator(f"list_{kind.lower()}_jobs").paginate(StatusEquals="InProgress")
+    for summary in (j for page in pages for j in page.get(f"{kind}JobSummaries", [])):
+        tags = client.list_tags(ResourceArn=summary[f"{kind}JobArn"]).get("Tags", [])
         identity = identity_of(tags)
         if identity is None:
             continue
+        name = summary[f"{kind}JobName"]
         yield Resource(
-            RESOURCE_KIND,
-            summary["TrainingJobName"],
+            resource_kind,
+            name,
             identity,
-            summary["TrainingJobStatus"],
+            summary[f"{kind}JobStatus"],
             summary.get("CreationTime"),
-            {"job_name": summary["TrainingJobName"]},
+            {"job_name": name},
         )
 
 

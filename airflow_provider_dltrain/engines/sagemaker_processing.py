@@ -30,7 +30,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
-from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
+from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -229,21 +229,9 @@ RESOURCE_KIND, STOP_VERB = "sagemaker_processing_job", "stop"
 
 def live_resources(clients: Clients) -> Iterator[Resource]:
     """Every InProgress processing job tagged with a task identity (``CreateProcessingJob``'s ``Tags``)."""
-    client = clients("sagemaker")
-    pages = client.get_paginator("list_processing_jobs").paginate(StatusEquals="InProgress")
-    for summary in (j for page in pages for j in page.get("ProcessingJobSummaries", [])):
-        tags = client.list_tags(ResourceArn=summary["ProcessingJobArn"]).get("Tags", [])
-        identity = identity_of(tags)
-        if identity is None:
-            continue
-        yield Resource(
-            RESOURCE_KIND,
-            summary["ProcessingJobName"],
-            identity,
-            summary["ProcessingJobStatus"],
-            summary.get("CreationTime"),
-            {"job_name": summary["ProcessingJobName"]},
-        )
+    from airflow_provider_dltrain.engines.sagemaker import live_jobs
+
+    return live_jobs(clients, "Processing", RESOURCE_KIND)
 
 
 def stop_resource(clients: Clients, res: Resource) -> None:
