@@ -82,6 +82,7 @@ class EngineRun:
     poll_interval: float
     log: Any
     _job: tuple[Engine, JobHandle] | None = None
+    _kill_requested: bool = False  # on_kill came before the job was known (while it was submitted)
 
     def _engine(self) -> Engine:
         from airflow_provider_dltrain.hooks.engines import EngineHook
@@ -118,6 +119,15 @@ class EngineRun:
             self.log.info("console: %s", handle.console_url)
         context["ti"].xcom_push(key=XCOM_JOB, value=handle.to_dict())
         self._job = (engine, handle)
+        if self._kill_requested:
+            # on_kill ran while the job was being submitted: it could not stop what it did not know yet
+            self.log.warning(
+                "the task was killed while %s job %s was submitted: stopping it", engine.name, handle.ids
+            )
+            self.kill_job()
+            raise RuntimeError(
+                f"the task was killed while {engine.name} job {handle.ids} was submitted; it was stopped"
+            )
         self.job_started(context, engine, handle)
         if self.deferrable:
             from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
@@ -186,6 +196,7 @@ class EngineRun:
         from airflow_provider_dltrain.operators import cleared
 
         if self._job is None:
+            self._kill_requested = True  # a submission under way stops its job as soon as it is known
             return True
         engine, handle = self._job
         if cleared.cleared_while_running(self):

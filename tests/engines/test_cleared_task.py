@@ -69,3 +69,29 @@ def test_clearing_a_running_glue_task_leaves_its_job_running_and_the_next_try_re
     assert result["version"] == 0 and result["committed"] is True and result["rows_written"] == 3
     worker.join(60)
     assert not worker.is_alive()
+
+
+def test_a_kill_arriving_while_the_job_is_submitted_stops_it_once_it_is_known(cloud):  # noqa: F811
+    """``on_kill`` can come before the submit call returns (the job exists, the task does not know it
+    yet): the try stops the job as soon as it knows it, and fails instead of waiting on it."""
+    from airflow_provider_dltrain.engines.glue import GlueEngine
+
+    glue = aws_client("glue", cloud["endpoint"])
+    op = _operator(cloud, "glue", transform="etl_jobs:slow", transform_params={"seconds": 120})
+    submit = GlueEngine.submit
+    handles = []
+
+    def submit_then_killed(engine, staged):
+        handle = submit(engine, staged)
+        handles.append(handle)
+        op.on_kill()  # the supervisor's kill, before the task has heard of the job
+        return handle
+
+    with (
+        mock.patch.object(GlueEngine, "submit", submit_then_killed),
+        pytest.raises(RuntimeError, match="killed while glue job .* was submitted; it was stopped"),
+    ):
+        op.execute(_context(op.task_id))
+    (handle,) = handles
+    run = glue.get_job_run(JobName=handle.ids["job_name"], RunId=handle.ids["job_run_id"])["JobRun"]
+    assert run["JobRunState"] == "STOPPED"
