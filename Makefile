@@ -88,7 +88,7 @@ test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS
 	s35=0; if [ -n "$$spark35" ]; then wait $$spark35; s35=$$?; echo "--- $(SPARK35_PY) -m pytest $(SPARK35_TESTS)"; cat $(SPARK35_LOG); fi; \
 	$(STOP_DOCKERD); exit $$(( cluster || s35 ))
 
-# The deployment: docker/compose.yaml (+ compose.offline.yaml) on the Airflow and Postgres images, the
+# The deployment: docker/stack/compose.yaml (+ compose.offline.yaml) on the Airflow and Postgres images, the
 # nightly for 5 dates, then a backfill of them from the UI in Chromium, two runs at a time (about
 # 15 min once the images exist; building the Airflow image takes about 5 more). Not part of `make test`.
 test-stack: install chromium dockerd
@@ -119,8 +119,8 @@ $(SPARK35_MARK): $(VENV)/.installed
 
 horovod: $(HOROVOD_MARK)
 
-$(HOROVOD_MARK): $(VENV)/.installed docker/build_horovod.sh | mpi
-	HOROVOD_VERSION=$(HOROVOD_VERSION) HOROVOD_WITH_MPI=1 docker/build_horovod.sh $(PY)
+$(HOROVOD_MARK): $(VENV)/.installed docker/jobs/build_horovod.sh | mpi
+	HOROVOD_VERSION=$(HOROVOD_VERSION) HOROVOD_WITH_MPI=1 docker/jobs/build_horovod.sh $(PY)
 	touch $@
 
 # Open MPI (mpirun, and mpicxx for Horovod's MPI controller): Debian's packages.

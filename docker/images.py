@@ -5,16 +5,17 @@
     python docker/images.py tags [NAME ...]       the tags the current inputs give, building nothing
     python docker/images.py prune                 remove dltrain images whose tag is no longer current
 
-Images (``docker/Dockerfile*``; each takes its parent as ``BASE_IMAGE``):
+Images (``docker/stack/Dockerfile*``: the deployment; ``docker/jobs/Dockerfile*``: what runs inside a job;
+each takes its parent as ``BASE_IMAGE``; the tree: ``docker/README.md``):
 
 - ``base``: Debian bookworm (debootstrap, minbase) with the CPython running this script as
   ``/usr/local/bin/python`` (what ``python:3.11-slim`` provides: a CPython of its own, not Debian's
   3.11.2, which some pinned packages refuse) and the host's CA bundle, so that pip and apt work behind
   a TLS-intercepting proxy. Built locally: no registry is needed.
-- ``train``: ``docker/Dockerfile.train`` (SageMaker jobs, EC2 cluster nodes).
-- ``glue`` / ``emr``: the two targets of ``docker/Dockerfile.jobs``.
-- ``airflow``: ``docker/Dockerfile``, Airflow and this provider with the constraints file (the compose stack).
-- ``postgres``: ``docker/Dockerfile.postgres``, Debian's PostgreSQL behind the official image's contract.
+- ``train``: ``docker/jobs/Dockerfile.train`` (SageMaker jobs, EC2 cluster nodes).
+- ``glue`` / ``emr``: the two targets of ``docker/jobs/Dockerfile.jobs``.
+- ``airflow``: ``docker/stack/Dockerfile.airflow``, Airflow and this provider with the constraints file (the compose stack).
+- ``postgres``: ``docker/stack/Dockerfile.postgres``, Debian's PostgreSQL behind the official image's contract.
 
 A tag is ``dltrain/<name>:<16 hex>``, the SHA-256 of the image's recipe: its Dockerfile and target, build
 arguments, every file it copies, and its parent's tag. An image whose tag exists is not rebuilt, so a
@@ -50,7 +51,9 @@ MIRROR = os.environ.get("DLTRAIN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CA_BUNDLE = Path(os.environ.get("DLTRAIN_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
 # ca-certificates, and the libraries CPython's extension modules link (ssl, ctypes, sqlite3, bz2, lzma,
 # readline, uuid, zlib)
-BASE_PACKAGES = "ca-certificates,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libuuid1,zlib1g"
+BASE_PACKAGES = (
+    "ca-certificates,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libuuid1,zlib1g"
+)
 # The CPython of the base: the build this script runs on (what the constraints file was made with).
 # Debian bookworm's own python3 is 3.11.2, older than some pinned packages accept (soupsieve 4.1.3
 # needs 3.11.5), so the interpreter is copied in, as python:3.11-slim carries a CPython of its own.
@@ -82,23 +85,30 @@ IMAGES = {
         Image("base", None),
         Image(
             "train",
-            "docker/Dockerfile.train",
+            "docker/jobs/Dockerfile.train",
             parent="base",
-            inputs=("docker/wheels", "constraints", "docker/build_horovod.sh", "docker/train"),
+            inputs=("docker/wheels", "constraints", "docker/jobs/build_horovod.sh", "docker/jobs/train"),
             build_args={"TORCH_VERSION": TORCH_VERSION, "HOROVOD_VERSION": HOROVOD_VERSION},
         ),
         Image(
             "glue",
-            "docker/Dockerfile.jobs",
+            "docker/jobs/Dockerfile.jobs",
             parent="base",
             target="glue",
-            inputs=("constraints", "docker/glue-run"),
+            inputs=("constraints", "docker/jobs/glue-run"),
         ),
-        Image("emr", "docker/Dockerfile.jobs", parent="base", target="emr", inputs=("docker/emr-run",)),
-        Image("postgres", "docker/Dockerfile.postgres", parent="base", inputs=("docker/postgres-entry",)),
+        Image(
+            "emr", "docker/jobs/Dockerfile.jobs", parent="base", target="emr", inputs=("docker/jobs/emr-run",)
+        ),
+        Image(
+            "postgres",
+            "docker/stack/Dockerfile.postgres",
+            parent="base",
+            inputs=("docker/stack/postgres-entry",),
+        ),
         Image(
             "airflow",
-            "docker/Dockerfile",
+            "docker/stack/Dockerfile.airflow",
             parent="base",
             inputs=(
                 "docker/wheels",
@@ -224,7 +234,9 @@ def install_python(local: Path) -> None:
         )
     lib = BASE_PYTHON / "lib"
     # neither its packages, nor the test suites, nor the static libpython (44 MB: for embedding only)
-    skip = shutil.ignore_patterns("site-packages", "test", "tests", "idle_test", "__pycache__", "*.pyc", "*.a")
+    skip = shutil.ignore_patterns(
+        "site-packages", "test", "tests", "idle_test", "__pycache__", "*.pyc", "*.a"
+    )
     shutil.copytree(lib / PY, local / "lib" / PY, ignore=skip, symlinks=True)
     (local / "lib" / PY / "site-packages").mkdir()
     for shared in lib.glob(f"lib{PY}.so*"):

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DOCKER = REPO / "docker"
-DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
+DOCKER = REPO / "docker" / "stack"  # the deployment; docker/jobs holds the job images
+JOBS = REPO / "docker" / "jobs"
+DOCKERFILES = sorted([*DOCKER.glob("Dockerfile*"), *JOBS.glob("Dockerfile*")])
 HEAVY = [".venv", ".venv-spark35", ".dltrain", ".git", "__pycache__", "airflow_provider_dltrain/__pycache__"]
 HADOLINT = Path(sys.executable).with_name("hadolint")
 
@@ -80,7 +81,7 @@ def test_every_copy_source_exists_and_is_not_ignored(dockerfile):
 def test_dockerignore_keeps_environments_state_and_history_out():
     patterns = ignore_patterns()
     assert all(ignored(path, patterns) for path in HEAVY), [p for p in HEAVY if not ignored(p, patterns)]
-    assert ignored("docker/.env", patterns)  # the deployment's secrets
+    assert ignored("docker/stack/.env", patterns)  # the deployment's secrets
     assert not ignored("airflow_provider_dltrain/training/rank_job.py", patterns)
 
 
@@ -156,7 +157,7 @@ def test_compose_ports_are_unique_and_match_what_each_service_listens_on():
         assert host in services and int(port) in _listening_ports(services[host]), (host, port)
 
 
-# what docker/.env must set (docker/env.example), each value distinct so a leak can be traced to it
+# what docker/stack/.env must set (docker/stack/env.example), each value distinct so a leak can be traced to it
 SECRETS = {
     "POSTGRES_PASSWORD": "pg-superuser-pw",
     "AIRFLOW_DB_PASSWORD": "airflow-db-pw",
@@ -173,7 +174,7 @@ LONG_RUNNING = {"postgres", "s3", "mlflow", "api-server", "scheduler", "dag-proc
 
 
 def _config(*files: str, **extra: str) -> dict:
-    """``docker-compose config`` of ``files`` (names under docker/) with the secrets of docker/.env."""
+    """``docker-compose config`` of ``files`` (names under docker/) with the secrets of docker/stack/.env."""
     args = [a for f in files for a in ("-f", str(DOCKER / f))]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DLTRAIN_", "MLFLOW_"))}
     merged = subprocess.run(
@@ -269,6 +270,7 @@ def test_the_offline_file_swaps_only_the_images_and_the_s3_store():
 
 
 def test_shell_scripts_of_docker_parse():
-    for script in ("build_horovod.sh", "train", "glue-run", "emr-run", "postgres-entry"):
-        check = subprocess.run(["bash", "-n", str(DOCKER / script)], capture_output=True, text=True)
+    scripts = [JOBS / s for s in ("build_horovod.sh", "train", "glue-run", "emr-run")]
+    for script in [*scripts, DOCKER / "postgres-entry"]:
+        check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr

@@ -45,7 +45,7 @@ MODULES = ["train_function.py", "transform.py", "notebook_training.py", "local_r
 SNIPPET = re.compile(r'--8<-- "([^"]+)"')
 # names that hold DLTRAIN_ but are no setting: heredoc delimiters and a log line's mark
 NOT_SETTINGS = {"DLTRAIN_PLAN", "DLTRAIN_NODE", "DLTRAIN_WORKER_ERROR"}
-USER_FILES = {"docker/.env"}  # what the reader creates (git-ignored)
+USER_FILES = {"docker/stack/.env"}  # what the reader creates (git-ignored)
 
 
 def test_every_example_dag_loads_without_errors_with_the_tasks_the_pages_show():

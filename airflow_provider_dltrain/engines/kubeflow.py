@@ -85,7 +85,7 @@ class KubeflowEngine(TrainingEngine):
     :param clients: ``service name -> boto3 client``; only ``s3`` is used, when ``staging_uri`` is on S3.
     :param staging_uri: where the spec, code, results and rank reports go: an ``s3://`` prefix the
         nodes can read and write (their service account's role), or a directory every node mounts.
-    :param image: the training image (``docker/Dockerfile.train``: Python 3.11, torch, deltalake, MLflow).
+    :param image: the training image (``docker/jobs/Dockerfile.train``: Python 3.11, torch, deltalake, MLflow).
     :param num_nodes: nodes of the TrainJob, one rank each (the world size).
     :param runtime: the (Cluster)TrainingRuntime the TrainJob references (a torch runtime: torchrun).
     :param runtime_backend: ``"kubernetes"`` (a cluster) or ``"container"`` (Docker on this machine).

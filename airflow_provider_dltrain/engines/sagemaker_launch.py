@@ -12,7 +12,7 @@ the SageMaker SDK's own drivers:
 - ``mpi`` (Horovod): the first host runs ``mpirun -np H*P --host h1:P,h2:P ... python job_script.py
   ...``; the other hosts run ``sshd`` and wait until the first host tells them the job ended. A
   single host runs ``mpirun --host localhost:P``: no SSH at all.
-  Passwordless SSH between the hosts is the image's business (``docker/Dockerfile.train``).
+  Passwordless SSH between the hosts is the image's business (``docker/jobs/Dockerfile.train``).
 
 The exit status is the job's: non-zero makes SageMaker mark the job Failed with the reason that
 the failing rank wrote to ``/opt/ml/output/failure``.

@@ -7,7 +7,7 @@ or ``mpirun`` on a SageMaker or EC2 node) calls: ``hvd.init()``, ranks from Horo
 shared :func:`~airflow_provider_dltrain.training.rank_job.execute` with :class:`HorovodCollectives`,
 so ``ctx.wrap``, ``ctx.allreduce`` and ``ctx.barrier`` go through Horovod and the training
 function cannot tell. Horovod is not on PyPI in a form that builds against torch 2.13: build it
-with ``make horovod`` (``docker/build_horovod.sh``).
+with ``make horovod`` (``docker/jobs/build_horovod.sh``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def import_horovod() -> Any:
         import horovod.torch as hvd
     except ImportError as err:
         raise MissingExtraError(
-            "horovod is not installed: run `make horovod` (or docker/build_horovod.sh PYTHON); "
+            "horovod is not installed: run `make horovod` (or docker/jobs/build_horovod.sh PYTHON); "
             "Horovod 0.28.1 needs a C++17 patch to build against torch 2.13, so plain pip fails"
         ) from err
     return hvd
@@ -261,7 +261,7 @@ def _horovodrun() -> str:
     found = here if os.access(here, os.X_OK) else shutil.which("horovodrun")
     if not found:
         raise MissingExtraError(
-            "horovodrun not found: run `make horovod` (or docker/build_horovod.sh PYTHON)"
+            "horovodrun not found: run `make horovod` (or docker/jobs/build_horovod.sh PYTHON)"
         )
     return found
 

@@ -1,5 +1,5 @@
-"""The stack as users deploy it: ``docker/compose.yaml`` with docker-compose, on the images of
-``docker/images.py`` (``docker/compose.offline.yaml``: no registry here, the fake AWS as the S3 store).
+"""The stack as users deploy it: ``docker/stack/compose.yaml`` with docker-compose, on the images of
+``docker/images.py`` (``docker/stack/compose.offline.yaml``: no registry here, the fake AWS as the S3 store).
 
 Postgres holds Airflow's metadata and MLflow's runs; api-server, scheduler (LocalExecutor, parallelism
 4), dag-processor and triggerer run the unmodified example DAGs with the lake on S3; MLflow keeps its
@@ -55,12 +55,12 @@ DAYS = [(FIRST + timedelta(days=i)).isoformat() for i in range(N_DAYS)]
 DAG = "dltrain_retrain"
 COMPOSE_FILES = [
     "-f",
-    str(REPO / "docker" / "compose.yaml"),
+    str(REPO / "docker" / "stack" / "compose.yaml"),
     "-f",
-    str(REPO / "docker" / "compose.offline.yaml"),
+    str(REPO / "docker" / "stack" / "compose.offline.yaml"),
     # the opt-in that publishes the S3 store on 127.0.0.1: the test reads the lake from the host
     "-f",
-    str(REPO / "docker" / "compose.publish-s3.yaml"),
+    str(REPO / "docker" / "stack" / "compose.publish-s3.yaml"),
 ]
 LONG_RUNNING = ["postgres", "s3", "mlflow", "api-server", "scheduler", "dag-processor", "triggerer"]
 
@@ -111,7 +111,7 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
     ports = {name: free_port() for name in ("airflow", "mlflow", "s3")}
     password, mlflow_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     s3_key, s3_secret = f"key{secrets.token_hex(6)}", secrets.token_urlsafe(24)
-    env_file = work / ".env"  # what a user's docker/.env holds
+    env_file = work / ".env"  # what a user's docker/stack/.env holds
     env_file.write_text(
         "\n".join(
             [
@@ -182,7 +182,7 @@ def stack(tmp_path_factory, artifacts) -> Iterator[dict]:
                 "tracking_uri": f"http://127.0.0.1:{ports['mlflow']}",
                 "storage": storage,
                 "run": run,
-                # every secret of docker/.env: none may show on a command line
+                # every secret of docker/stack/.env: none may show on a command line
                 "secrets": {
                     name: value
                     for name, _, value in (line.partition("=") for line in env_file.read_text().splitlines())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Horovod (PyTorch + Gloo, MPI on request; no TensorFlow/MXNet) against the installed torch, cache
-# the wheel outside the clone, and install it. Used by `make horovod` and docker/Dockerfile.train.
-#   docker/build_horovod.sh [PYTHON]        (default: python3)
+# the wheel outside the clone, and install it. Used by `make horovod` and docker/jobs/Dockerfile.train.
+#   docker/jobs/build_horovod.sh [PYTHON]        (default: python3)
 # Environment: HOROVOD_VERSION (0.28.1); HOROVOD_WITH_MPI=1 also builds the MPI controller (for
 # mpirun / SageMaker's MPI launcher; needs an MPI); HOROVOD_GPU_OPERATIONS=NCCL for CUDA tensors.
 # Horovod 0.28.1 (the latest release) asks CMake for C++14 while torch >= 2.x headers need C++17, so
