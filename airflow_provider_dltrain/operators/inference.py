@@ -47,8 +47,9 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         whose model output is NaN or infinite fail the task and nothing is committed).
     :param input_filter: DNF partition filter on the input, e.g. ``[["ds", "=", "{{ ds }}"]]`` (templated).
     :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
-        ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"``. A cloud job loads the
-        pinned model version's files from the artifact store with its own role.
+        ``"glue"``, ``"emr"``, ``"emr_serverless"``, ``"spark_submit"``, ``"sagemaker_processing"``
+        (a processing job) or ``"ec2"`` (one instance per run, Spark ``local[*]``). A cloud job loads
+        the pinned model version's files from the artifact store with its own role.
     :param engine_options: the engine's settings (templated); see ``SparkToDeltaOperator``.
     :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
     :param poll_interval: seconds between job state checks.
