@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus
-    from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
     from airflow_provider_dltrain.training.remote import RemoteLauncher
+    from airflow_provider_dltrain.training.request import TrainingRequest
 
 __all__ = ["MLFLOW_RUN_URL_KEY", "RemoteTraining", "is_remote_backend", "train_fn_name"]
 
@@ -29,17 +29,11 @@ MLFLOW_RUN_URL_KEY = "mlflow_run_url"
 
 
 class RemoteTraining(EngineRun):
-    """Mixed into ``TrainModelOperator``; uses its ``train_fn``, ``backend``, ``backend_options`` …"""
+    """Mixed into ``TrainModelOperator``: its task's :class:`TrainingRequest` as a cloud job."""
 
-    train_fn: Any
     backend: Any
     backend_options: dict[str, Any]
-    data_filter: Any
-    data_cutoff: str | None
-    experiment_name: str | None
     mlflow_conn_id: str
-    code_version: str | None
-    non_finite: str
     _launcher: RemoteLauncher | None = None
 
     def _remote_launcher(self, engine: Engine, tracking: TrackingConfig | None = None) -> RemoteLauncher:
@@ -51,38 +45,23 @@ class RemoteTraining(EngineRun):
 
             tracking = MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
         self._launcher = RemoteLauncher(
-            engine,
-            tracking,
-            train_fn=self.train_fn,
-            data_filter=self.data_filter,
-            code_version=self.code_version or None,
-            cutoff=self.data_cutoff or None,
-            non_finite=self.non_finite,
-            storage_for=lambda uri: storage_options_for(self.aws_conn_id, uri),
+            engine, tracking, storage_for=lambda uri: storage_options_for(self.aws_conn_id, uri)
         )
         return self._launcher
 
-    def train_remotely(
-        self,
-        context: Context,
-        *,
-        ref: DeltaRef,
-        hparams: dict[str, Any],
-        tracking: TrackingConfig,
-        storage: dict[str, str] | None,
-        run: dict[str, Any],
-    ) -> dict[str, Any]:
-        """Submit (or re-attach to) this task's training job; wait, or defer when ``deferrable``."""
+    def train_remotely(self, context: Context, request: TrainingRequest) -> dict[str, Any]:
+        """Submit (or re-attach to) this task's training job; wait, or defer when ``deferrable``.
+
+        The job's MLflow run lives in ``request.tracking`` (the ``mlflow_conn_id`` connection's store).
+        """
         from airflow.sdk.exceptions import TaskDeferred
 
         self.engine, self.engine_options = str(self.backend), dict(self.backend_options)
         engine = self._engine()
-        launcher = self._remote_launcher(engine, tracking)
+        launcher = self._remote_launcher(engine, request.tracking or None)
         identity = identity_from(context)
         try:
-            return self.run_on_engine(
-                context, engine, identity, lambda: launcher.job_spec(identity, ref, hparams, storage, run)
-            )
+            return self.run_on_engine(context, engine, identity, lambda: launcher.job_spec(identity, request))
         except TaskDeferred:
             raise
         except BaseException as err:

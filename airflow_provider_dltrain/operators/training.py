@@ -20,11 +20,16 @@ from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_err
 from airflow_provider_dltrain.registry.config import mlflow_run_url
 from airflow_provider_dltrain.training.backends import checked_backend_options
 from airflow_provider_dltrain.training.finite import check_mode
+from airflow_provider_dltrain.training.request import checked_extra_tracking
 from airflow_provider_dltrain.utils.input_checks import check_dates
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.training.request import TrainingRequest
 
 
 class MlflowRunLink(BaseOperatorLink):
@@ -149,7 +154,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.poll_interval = float(poll_interval)
         self.trial = trial
         self.non_finite = check_mode(non_finite)  # refused when the DAG file is parsed
-        self.extra_tracking = _checked_extra_tracking(extra_tracking, backend)
+        self.extra_tracking = checked_extra_tracking(extra_tracking, backend)  # at parse
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.operators.task_context import storage_options_for
@@ -161,7 +166,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lake.ref import DeltaRef
-        from airflow_provider_dltrain.training.runner import run_training
+        from airflow_provider_dltrain.training.runner import run_training_request
 
         info = run_info(context)
         with fail_fast_on_user_error():
@@ -178,39 +183,18 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
             reused = self._reused_trial(tracking, trial, ref, hparams, storage) if trial else None
             if reused is not None:
                 return reused
-            run: dict[str, Any] = {
-                "experiment_name": self.experiment_name or str(info["dag_id"] or "dltrain"),
-                "run_name": _run_name(info, trial),
-                "tags": {**_lineage_tags(info), **_trial_tags(trial)},
-            }
-            if is_remote_backend(self.backend):
-                if trial and _trial_stopping(trial):
-                    raise InvalidSpecError(
-                        f"trial {trial['name']!r}: early stopping runs on the in-process backends (local, "
-                        f"torch_distributor, horovod), not on backend={self.backend!r}; drop early_stopping "
-                        "from the search or train the trials in-process"
-                    )
-                remote = self.train_remotely(
-                    context, ref=ref, hparams=hparams, tracking=tracking, storage=storage, run=run
+            if is_remote_backend(self.backend) and trial and _trial_stopping(trial):
+                raise InvalidSpecError(
+                    f"trial {trial['name']!r}: early stopping runs on the in-process backends (local, "
+                    f"torch_distributor, horovod), not on backend={self.backend!r}; drop early_stopping "
+                    "from the search or train the trials in-process"
                 )
+            request = self._request(info, trial, ref=ref, hparams=hparams, tracking=tracking, storage=storage)
+            if request.remote:
+                remote = self.train_remotely(context, request)
                 self._keep_for_lineage(remote, tracking_uri=tracking.tracking_uri)
                 return remote
-            result = run_training(
-                self.train_fn,
-                ref,
-                hparams,
-                backend=self.backend,
-                backend_options=self.backend_options,
-                data_filter=self.data_filter,
-                tracking=tracking,
-                cutoff=self.data_cutoff or None,
-                storage_options=storage,
-                code_version=self.code_version or None,
-                early_stopping=_trial_stopping(trial),
-                non_finite=self.non_finite,
-                extra_tracking=self.extra_tracking,
-                **run,
-            )
+            result = run_training_request(request)
         if trial:
             self._record_trial(tracking, trial, result)
         url = mlflow_run_url(tracking.tracking_uri, result.experiment_id, result.run_id)
@@ -218,6 +202,39 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.log.info("MLflow run %s, model %s, metrics %s", result.run_id, result.model_uri, result.metrics)
         self._keep_for_lineage(result.to_dict(), tracking_uri=tracking.tracking_uri)
         return result.to_dict()
+
+    def _request(
+        self,
+        info: Mapping[str, Any],
+        trial: Mapping[str, Any] | None,
+        *,
+        ref: DeltaRef,
+        hparams: dict[str, Any],
+        tracking: TrackingConfig,
+        storage: dict[str, str] | None,
+    ) -> TrainingRequest:
+        """This task try's training run, from the rendered fields and what ``execute`` resolved."""
+        from airflow_provider_dltrain.training.request import TrainingRequest
+
+        return TrainingRequest(
+            self.train_fn,
+            ref,
+            hparams,
+            code_version=self.code_version,
+            data_filter=self.data_filter,
+            cutoff=self.data_cutoff,
+            storage_options=storage,
+            tracking=tracking,
+            experiment_name=self.experiment_name or str(info["dag_id"] or "dltrain"),
+            run_name=_run_name(info, trial),
+            tags={**_lineage_tags(info), **_trial_tags(trial)},
+            early_stopping=_trial_stopping(trial),
+            non_finite=self.non_finite,
+            extra_tracking=self.extra_tracking,
+            backend=self.backend,
+            backend_options=self.backend_options,
+            poll_interval=self.poll_interval,
+        )
 
     def _lineage_datasets(self, result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         """OpenLineage: the Delta version trained on in, the model the MLflow run logged out."""
@@ -338,20 +355,6 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
                 )
         self.log.info("No registered %s version has these inputs for cut-off %s: training.", name, cutoff)
         return None
-
-
-def _checked_extra_tracking(value: Mapping[str, Any] | None, backend: Any) -> dict[str, Any] | None:
-    """``extra_tracking`` refused at parse time when malformed or given to a cloud backend."""
-    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
-
-    if parse_extra_tracking(value) is None:
-        return None
-    if is_remote_backend(backend):
-        raise InvalidSpecError(
-            f"extra_tracking runs in rank 0 of the in-process backends (local, torch_distributor, horovod), "
-            f"not on backend={backend!r}; drop extra_tracking or train in-process"
-        )
-    return dict(value or {})
 
 
 def _hparams(value: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from airflow_provider_dltrain.training.horovod_backend import run_horovod_rank
 from airflow_provider_dltrain.training.loader import DeltaLoader
 from airflow_provider_dltrain.training.loader_spec import LoaderSpec, rank_slices, step_layout
 from airflow_provider_dltrain.training.rank_job import RankJob, run_rank
+from airflow_provider_dltrain.training.request import TrainingRequest
 from airflow_provider_dltrain.training.runner import (
     IDENTITY_TAGS,
     TrainResult,
@@ -33,6 +34,7 @@ from airflow_provider_dltrain.training.runner import (
     load_train_fn,
     run_identity,
     run_training,
+    run_training_request,
 )
 from airflow_provider_dltrain.training.tracking import TAG_KEYS
 from airflow_provider_dltrain.utils.hashing import code_hash, params_hash
@@ -51,6 +53,7 @@ __all__ = [
     "TorchDistributorBackend",
     "TrainContext",
     "TrainResult",
+    "TrainingRequest",
     "TrainingUserError",
     "code_hash",
     "data_cutoff",
@@ -63,6 +66,7 @@ __all__ = [
     "register_backend",
     "resolve",
     "run_training",
+    "run_training_request",
     "run_horovod_rank",
     "run_identity",
     "run_rank",

@@ -6,9 +6,10 @@ the finished job's report into the same :class:`~airflow_provider_dltrain.traini
 as the in-process backends (finishing the MLflow run), names the rank that failed, and ends the run
 FAILED when the job fails or is stopped.
 
-Two callers use it: :func:`run_remote` (what ``run_training(backend="sagemaker" | "ec2")`` calls,
-from a notebook or a plain script: submit or re-attach, wait, tear down) and ``TrainModelOperator``
-(the same around Airflow's retries, deferral and ``on_kill``).
+Two callers use it, both with a :class:`~airflow_provider_dltrain.training.request.TrainingRequest`:
+:func:`run_remote` (what ``run_training(backend="sagemaker" | "ec2")`` calls, from a notebook or a
+plain script: submit or re-attach, wait, tear down) and ``TrainModelOperator`` (the same around
+Airflow's retries, deferral and ``on_kill``).
 """
 
 from __future__ import annotations
@@ -19,25 +20,17 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.training.request import TrainingRequest, is_remote_backend
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-    from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
     from airflow_provider_dltrain.training.tracked_run import TrainResult
 
 log = logging.getLogger(__name__)
 
 StorageFor = Callable[[str], "Mapping[str, str] | None"]
-
-
-def is_remote_backend(backend: Any) -> bool:
-    """True for the backends that train as a job elsewhere (``"sagemaker"``, ``"ec2"``, ``"ray"``,
-    ``"kubeflow"``)."""
-    from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES
-
-    return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES
 
 
 def train_fn_name(train_fn: Any) -> str:
@@ -61,6 +54,8 @@ class RemoteLauncher:
     :param engine: a training engine adapter (``get_engine("sagemaker" | "ec2", clients, options)``).
     :param tracking: where the MLflow run lives; its credentials go to the job's environment.
     :param storage_for: ``uri -> storage options`` for the run directory (the ranks' error reports).
+    :param train_fn: ignored: what to train comes with the request given to :meth:`job_spec`. Taken
+        for the callers that only end a run (``EngineJobTrigger`` passes ``train_fn=None``).
     """
 
     def __init__(
@@ -68,57 +63,43 @@ class RemoteLauncher:
         engine: Engine,
         tracking: TrackingConfig,
         *,
-        train_fn: Any,
-        data_filter: Any = None,
-        code_version: str | None = None,
-        cutoff: str | None = None,
-        non_finite: str = "fail_at_end",
         storage_for: StorageFor | None = None,
+        train_fn: None = None,
     ) -> None:
         from airflow_provider_dltrain.engines.training_engine import as_training_engine
 
         self.engine = as_training_engine(engine)
         self.tracking = tracking
-        self.train_fn = train_fn
-        self.data_filter = data_filter
-        self.code_version = code_version
-        self.cutoff = cutoff
-        self.non_finite = non_finite
         self.storage_for = storage_for or (lambda uri: None)
         self.spec: TrainJobSpec | None = None
         self.engine.set_job_credentials(tracking.env)
 
-    def job_spec(
-        self,
-        identity: RunIdentity,
-        ref: DeltaRef,
-        hparams: Mapping[str, Any],
-        storage: Mapping[str, str] | None,
-        run: Mapping[str, Any],
-    ) -> TrainJobSpec:
-        """Open the MLflow run (every tag and param, as in-process training) and the job's spec.
+    def job_spec(self, identity: RunIdentity, request: TrainingRequest) -> TrainJobSpec:
+        """Open the MLflow run of ``request`` (every tag and param, as in-process training) and the job's spec.
 
-        ``run``: ``experiment_name``, ``run_name`` and ``tags`` of the MLflow run.
+        The run lives in this launcher's ``tracking``; the job imports ``request.train_fn`` by name.
         """
+        from dataclasses import replace
+
         from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+        from airflow_provider_dltrain.lake.ref import DeltaRef
         from airflow_provider_dltrain.registry.config import strip_userinfo
         from airflow_provider_dltrain.training.tracked_run import start_tracked_run
         from airflow_provider_dltrain.training.tracking import end_failed
 
         engine = self.engine
-        name = train_fn_name(self.train_fn)
+        name = train_fn_name(request.train_fn)
+        dataset, storage = request.dataset, request.storage_options
         started = start_tracked_run(
-            name,
-            ref,
-            hparams,
+            replace(
+                request,
+                train_fn=name,
+                dataset=DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)),
+                tracking=self.tracking,
+                storage_options=dict(storage) if storage else None,
+            ),
             backend_name=engine.name,
             world_size=engine.world_size,
-            data_filter=self.data_filter,
-            tracking=self.tracking,
-            storage_options=dict(storage) if storage else None,
-            code_version=self.code_version or None,
-            cutoff=self.cutoff or None,
-            **dict(run),
         )
         try:
             plan = started.plan
@@ -136,7 +117,7 @@ class RemoteLauncher:
                 registry_uri=strip_userinfo(self.tracking.registry_uri),
                 mlflow_run_id=started.run_id,
                 experiment_id=started.experiment_id,
-                non_finite=self.non_finite,
+                non_finite=request.non_finite,
             )
         except BaseException as err:
             end_failed(self.tracking, started.run_id, err)
@@ -251,64 +232,73 @@ def adhoc_identity(run_key: str, train_fn: Any) -> RunIdentity:
     return RunIdentity(dag_id="run_training", run_id=key, task_id=task, try_number=int(time.time()) % 10**9)
 
 
-def run_remote(
-    train_fn: Any,
-    dataset: DeltaRef | Mapping[str, Any] | str,
-    hparams: Mapping[str, Any] | None,
-    *,
-    backend: str,
-    backend_options: Mapping[str, Any] | None,
-    tracking: TrackingConfig,
-    run_key: str,
-    clients: Callable[[str], Any] | None = None,
-    data_filter: Any = None,
-    cutoff: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    code_version: str | None = None,
-    non_finite: str = "fail_at_end",
-    poll_interval: float = 30.0,
-    run: Mapping[str, Any] | None = None,
-) -> TrainResult:
-    """Train as a ``backend`` job and wait for it: what ``run_training`` does for a cloud backend.
+def remote_run_key(request: TrainingRequest) -> str:
+    """``request.run_key``, else a hash of the function, the data, its filter, ``hparams`` and the backend."""
+    import hashlib
 
-    Submits the job, or re-attaches to the one an earlier call with the same ``run_key`` left
-    running; waits (progress in the log); tears down what the job created (an EC2 cluster) whatever
-    happens; an interrupted wait (Ctrl-C) stops the job and ends its MLflow run FAILED.
+    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.utils.hashing import canonical_json
+
+    if request.run_key is not None:
+        return request.run_key
+    dataset = request.dataset
+    ref = (
+        dataset
+        if isinstance(dataset, str)
+        else canonical_json(
+            DeltaRef.coerce(dataset if isinstance(dataset, DeltaRef) else dict(dataset)).to_dict()
+        )
+    )
+    key_of = [
+        train_fn_name(request.train_fn),
+        ref,
+        canonical_json(request.data_filter or []),
+        canonical_json(dict(request.hparams or {})),
+        request.backend,
+    ]
+    return hashlib.sha256(canonical_json(key_of).encode()).hexdigest()[:16]
+
+
+def run_remote(request: TrainingRequest) -> TrainResult:
+    """Train ``request`` as a job on its backend and wait for it: what ``run_training`` does for a
+    cloud backend.
+
+    Submits the job, or re-attaches to the one an earlier call with the same run key
+    (:func:`remote_run_key`) left running; waits (progress in the log); tears down what the job
+    created (an EC2 cluster) whatever happens; an interrupted wait (Ctrl-C) stops the job and ends
+    its MLflow run FAILED.
     """
     from airflow_provider_dltrain.engines import options_dict
     from airflow_provider_dltrain.engines.base import job_summary
     from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
     from airflow_provider_dltrain.engines.training_engine import get_training_engine
-    from airflow_provider_dltrain.lake.ref import DeltaRef
+    from airflow_provider_dltrain.registry.config import TrackingConfig
 
-    options = options_dict(backend_options)
-    engine = get_training_engine(backend, clients or boto3_clients(options.get("region")), options)
+    name = train_fn_name(request.train_fn)
+    run_key = remote_run_key(request)
+    options = options_dict(request.backend_options)
+    clients = request.aws_clients or boto3_clients(options.get("region"))
+    engine = get_training_engine(str(request.backend), clients, options)
+    # tracking=False was refused when the request was built: the job logs into an MLflow run
     launcher = RemoteLauncher(
-        engine,
-        tracking,
-        train_fn=train_fn,
-        data_filter=data_filter,
-        code_version=code_version,
-        cutoff=cutoff,
-        non_finite=non_finite,
-        storage_for=lambda uri: storage_options,
+        engine, request.tracking or TrackingConfig(), storage_for=lambda uri: request.storage_options
     )
-    identity = adhoc_identity(run_key, train_fn)
-
-    def job_spec() -> TrainJobSpec:
-        ref = DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset))
-        return launcher.job_spec(identity, ref, dict(hparams or {}), storage_options, run or {})
+    identity = adhoc_identity(run_key, name)
 
     handle: JobHandle | None = None
     try:
         handle, reattached = start_job(
-            engine, identity, job_spec, earlier=f"an earlier call with run key {run_key!r}", logger=log
+            engine,
+            identity,
+            lambda: launcher.job_spec(identity, request),
+            earlier=f"an earlier call with run key {run_key!r}",
+            logger=log,
         )
         spec = launcher.attached(handle) if reattached else launcher.spec
         log.info("MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id)
         if handle.console_url:
             log.info("console: %s", handle.console_url)
-        status = wait_or_cancel(engine, handle, poll_interval=poll_interval, logger=log)
+        status = wait_or_cancel(engine, handle, poll_interval=request.poll_interval, logger=log)
         result = launcher.outcome(handle, status)
         log.info("%s", job_summary(engine, handle, result.to_dict()))
         return result
@@ -318,3 +308,14 @@ def run_remote(
     finally:
         if handle is not None:  # an EC2 cluster, whatever happened
             engine.teardown(handle)
+
+
+__all__ = [
+    "RemoteLauncher",
+    "adhoc_identity",
+    "boto3_clients",
+    "is_remote_backend",
+    "remote_run_key",
+    "run_remote",
+    "train_fn_name",
+]

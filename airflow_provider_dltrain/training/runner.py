@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.filters import DataFilter
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan
@@ -15,6 +13,7 @@ from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
 from airflow_provider_dltrain.training.rank_job import RankJob, TrainFn
+from airflow_provider_dltrain.training.request import TrainingRequest
 from airflow_provider_dltrain.training.rundir import local_run_dir
 from airflow_provider_dltrain.training.tracked_run import (
     IDENTITY_TAGS,
@@ -27,7 +26,6 @@ from airflow_provider_dltrain.training.tracked_run import (
     run_identity,
     start_tracked_run,
 )
-from airflow_provider_dltrain.utils.hashing import canonical_json
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 
@@ -97,28 +95,23 @@ def run_training(
 
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
+
+    The keywords become one :class:`~airflow_provider_dltrain.training.request.TrainingRequest`,
+    checked before any work starts (a bad field raises ``InvalidSpecError`` naming it), which
+    :func:`run_training_request` trains; build the request yourself to keep, compare or vary it.
     """
-    from airflow_provider_dltrain.training.finite import check_mode, check_report
-
-    check_mode(non_finite)
-    from airflow_provider_dltrain.training.remote import is_remote_backend
-    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
-
-    wandb = parse_extra_tracking(extra_tracking)
-    if wandb is not None and is_remote_backend(backend):
-        raise InvalidSpecError(
-            f"extra_tracking runs in rank 0 of the in-process backends (local, torch_distributor, horovod), "
-            f"not on backend={backend!r}; drop extra_tracking or train in-process"
-        )
-    if is_remote_backend(backend):
-        return _train_remotely(
+    return run_training_request(
+        TrainingRequest(
             train_fn,
             dataset,
             hparams,
-            backend=str(backend),
+            backend=backend,
             backend_options=backend_options,
             data_filter=data_filter,
             tracking=tracking,
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tags=tags,
             cutoff=cutoff,
             storage_options=storage_options,
             code_version=code_version,
@@ -127,27 +120,36 @@ def run_training(
             run_key=run_key,
             aws_clients=aws_clients,
             poll_interval=poll_interval,
-            run={"experiment_name": experiment_name, "run_name": run_name, "tags": dict(tags or {})},
+            extra_tracking=extra_tracking,
         )
-    runner = get_backend(backend, backend_options)
-    stopping = _check_stopping(early_stopping, tracking)
-    run = start_tracked_run(
-        train_fn,
-        dataset,
-        hparams,
-        backend_name=runner.name,
-        world_size=runner.world_size,
-        data_filter=data_filter,
-        tracking=tracking,
-        experiment_name=experiment_name,
-        run_name=run_name,
-        tags=tags,
-        cutoff=cutoff,
-        storage_options=storage_options,
-        code_version=code_version,
     )
+
+
+def run_training_request(request: TrainingRequest) -> TrainResult:
+    """Train as ``request`` describes: what :func:`run_training` does once its keywords are checked.
+
+    ``TrainModelOperator`` calls this with the request it builds for a task try; call it yourself
+    to keep one :class:`~airflow_provider_dltrain.training.request.TrainingRequest` and train it
+    more than once (``dataclasses.replace(request, hparams=...)`` for a variant).
+    """
+    if request.remote:
+        from airflow_provider_dltrain.training.remote import run_remote
+
+        return run_remote(request)
+    return _train_in_process(request)
+
+
+def _train_in_process(request: TrainingRequest) -> TrainResult:
+    """``run_training`` on a backend of this process (local, torch_distributor, horovod, an object)."""
+    from airflow_provider_dltrain.training.finite import check_report
+    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
+
+    non_finite = request.non_finite
+    runner = get_backend(request.backend, request.backend_options)
+    run = start_tracked_run(request, backend_name=runner.name, world_size=runner.world_size)
     fn, plan, params, seed, config, run_id = run.fn, run.plan, run.params, run.seed, run.config, run.run_id
     experiment_id, all_tags = run.experiment_id, run.tags
+    wandb = parse_extra_tracking(request.extra_tracking)
     if wandb is not None:
         from airflow_provider_dltrain.training.wandb_tracking import with_run_info
 
@@ -163,7 +165,7 @@ def run_training(
             _run_dir(run_id, runner, plan),
             config,
             run_id if config else None,
-            early_stopping=stopping,
+            early_stopping=dict(request.early_stopping) if request.early_stopping else None,
             non_finite=non_finite,
             wandb=wandb,
         )
@@ -200,95 +202,17 @@ def run_training(
     )
 
 
-def _train_remotely(
-    train_fn: TrainFn | str,
-    dataset: DeltaRef | Mapping[str, Any] | str,
-    hparams: Mapping[str, Any] | None,
-    *,
-    backend: str,
-    backend_options: Mapping[str, Any] | None,
-    data_filter: DataFilter | None,
-    tracking: TrackingConfig | Literal[False] | None,
-    cutoff: str | None,
-    storage_options: StorageOptions | None,
-    code_version: str | None,
-    early_stopping: Mapping[str, Any] | None,
-    non_finite: str,
-    run_key: str | None,
-    aws_clients: Callable[[str], Any] | None,
-    poll_interval: float,
-    run: Mapping[str, Any],
-) -> TrainResult:
-    """``run_training`` on a cloud backend: the launcher submits (or re-attaches to) the job and waits."""
-    from airflow_provider_dltrain.training.remote import run_remote, train_fn_name
-
-    if tracking is False:
-        raise InvalidSpecError(
-            f"backend={backend!r} logs the model into an MLflow run the job reaches: pass a TrackingConfig "
-            "(or leave tracking unset for the default), not tracking=False"
-        )
-    if early_stopping:
-        raise InvalidSpecError(
-            f"early stopping runs on the in-process backends (local, torch_distributor, horovod), not on "
-            f"backend={backend!r}"
-        )
-    name = train_fn_name(train_fn)
-    if run_key is None:
-        ref = (
-            dataset
-            if isinstance(dataset, str)
-            else canonical_json(
-                DeltaRef.coerce(dataset if isinstance(dataset, DeltaRef) else dict(dataset)).to_dict()
-            )
-        )
-        key_of = [name, ref, canonical_json(data_filter or []), canonical_json(dict(hparams or {})), backend]
-        run_key = hashlib.sha256(canonical_json(key_of).encode()).hexdigest()[:16]
-    return run_remote(
-        name,
-        dataset,
-        hparams,
-        backend=backend,
-        backend_options=backend_options,
-        tracking=tracking or TrackingConfig(),
-        run_key=run_key,
-        clients=aws_clients,
-        data_filter=data_filter,
-        cutoff=cutoff,
-        storage_options=storage_options,
-        code_version=code_version,
-        non_finite=non_finite,
-        poll_interval=poll_interval,
-        run=run,
-    )
-
-
-def _check_stopping(
-    early_stopping: Mapping[str, Any] | None, tracking: TrackingConfig | Literal[False] | None
-) -> dict[str, Any] | None:
-    """The early-stopping settings, checked before anything starts (the rule needs the tracking store)."""
-    if not early_stopping:
-        return None
-    from airflow_provider_dltrain.exceptions import InvalidSpecError
-    from airflow_provider_dltrain.experiments.stopping import StoppingSpec
-
-    missing = [k for k in ("spec", "parent_run_id", "trial") if not early_stopping.get(k)]
-    if missing or tracking is False:
-        raise InvalidSpecError(
-            f"early_stopping needs spec, parent_run_id and trial (missing {missing}) and an MLflow store "
-            "(tracking=False has none): other trials' histories are read from it"
-        )
-    return {**dict(early_stopping), "spec": StoppingSpec.coerce(early_stopping["spec"]).to_dict()}
-
-
 __all__ = [
     "IDENTITY_TAGS",
     "TrackedRun",
     "TrainResult",
+    "TrainingRequest",
     "data_cutoff",
     "failure_ends_run",
     "finish_tracked_run",
     "load_train_fn",
     "run_identity",
     "run_training",
+    "run_training_request",
     "start_tracked_run",
 ]

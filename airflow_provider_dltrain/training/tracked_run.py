@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.lake.filters import DNF, DataFilter, normalize_filter
 from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -22,6 +22,9 @@ from airflow_provider_dltrain.lake.storage import StorageOptions
 from airflow_provider_dltrain.registry.config import TrackingConfig
 from airflow_provider_dltrain.training.rank_job import TrainFn
 from airflow_provider_dltrain.utils.hashing import canonical_json, code_identity, params_hash
+
+if TYPE_CHECKING:
+    from airflow_provider_dltrain.training.request import TrainingRequest
 
 log = logging.getLogger("airflow_provider_dltrain.training")
 
@@ -138,55 +141,45 @@ class TrackedRun:
     world_size: int
 
 
-def start_tracked_run(
-    train_fn: TrainFn | str,
-    dataset: DeltaRef | Mapping[str, Any] | str,
-    hparams: Mapping[str, Any] | None,
-    *,
-    backend_name: str,
-    world_size: int,
-    data_filter: DataFilter | None = None,
-    tracking: TrackingConfig | Literal[False] | None = None,
-    experiment_name: str = "dltrain",
-    run_name: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    cutoff: str | None = None,
-    storage_options: StorageOptions | None = None,
-    code_version: str | None = None,
-) -> TrackedRun:
+def start_tracked_run(request: TrainingRequest, *, backend_name: str, world_size: int) -> TrackedRun:
     """Resolve the data and open the MLflow run with every tag and param (what :func:`run_training`
-    does before any rank starts); a remote backend then hands the run to its job."""
-    from airflow_provider_dltrain.lake.partition import check_date
+    does before any rank starts); a remote backend then hands the run to its job.
+
+    ``request`` was checked when it was built (a bad ``cutoff`` never reaches the data).
+    """
     from airflow_provider_dltrain.version import __version__
 
-    if cutoff:  # registration needs a date: refuse anything else before the data is read
-        check_date(cutoff, "cutoff")
-    fn = load_train_fn(train_fn)
-    params = dict(hparams or {})
-    plan = resolve(dict(dataset) if isinstance(dataset, Mapping) else dataset, data_filter, storage_options)
+    fn = load_train_fn(request.train_fn)
+    params = dict(request.hparams or {})
+    dataset = request.dataset
+    plan = resolve(
+        dict(dataset) if isinstance(dataset, Mapping) else dataset,
+        request.data_filter,
+        request.storage_options,
+    )
     all_tags = {
-        **{k: str(v) for k, v in (tags or {}).items() if v is not None},
+        **{k: str(v) for k, v in (request.tags or {}).items() if v is not None},
         "dltrain.delta_ref": plan.ref.to_json(),
         "dltrain.delta_uri": plan.ref.uri,
         "dltrain.delta_version": str(plan.ref.version),
         "dltrain.data_filter": canonical_json(plan.data_filter),
         "dltrain.provider_version": __version__,
-        **_identity(fn, plan, params, code_version),
+        **_identity(fn, plan, params, request.code_version),
         "dltrain.backend": backend_name,
         "dltrain.world_size": str(world_size),
     }
-    cut = cutoff or data_cutoff(plan.data_filter, plan.partition_columns)
+    cut = request.cutoff or data_cutoff(plan.data_filter, plan.partition_columns)
     if cut:
         all_tags["dltrain.data_cutoff"] = str(cut)
-    config = None if tracking is False else (tracking or TrackingConfig())
+    config = None if request.tracking is False else (request.tracking or TrackingConfig())
     experiment_id = None
     if config is not None:
         from airflow_provider_dltrain.training.tracking import start_run
 
         run_id, experiment_id = start_run(
             config,
-            experiment_name=experiment_name,
-            run_name=run_name,
+            experiment_name=request.experiment_name,
+            run_name=request.run_name,
             tags=all_tags,
             params=params,
             plan=plan,

@@ -70,5 +70,25 @@ def main() -> None:
     print(result.model_uri, result.metrics)
 
 
+def main_with_a_request() -> None:
+    # --8<-- [start:request]
+    from dataclasses import replace
+
+    from airflow_provider_dltrain.training import TrainingRequest, run_training_request
+
+    request = TrainingRequest(  # checked here: a bad field raises InvalidSpecError naming it
+        train,
+        {"uri": "/data/lake/digits", "version": 7},
+        {"epochs": 3, "batch_size": 32, "lr": 3e-3},
+        backend="torch_distributor",
+        backend_options={"num_processes": 2},
+        data_filter=[["ds", "<=", "2026-11-28"]],
+    )
+    first = run_training_request(request)
+    slower = run_training_request(replace(request, hparams={**request.hparams, "lr": 1e-3}))
+    # --8<-- [end:request]
+    print(first.metrics, slower.metrics)
+
+
 if __name__ == "__main__":
     main()
