@@ -54,8 +54,6 @@ class RemoteLauncher:
     :param engine: a training engine adapter (``get_engine("sagemaker" | "ec2", clients, options)``).
     :param tracking: where the MLflow run lives; its credentials go to the job's environment.
     :param storage_for: ``uri -> storage options`` for the run directory (the ranks' error reports).
-    :param train_fn: ignored: what to train comes with the request given to :meth:`job_spec`. Taken
-        for the callers that only end a run (``EngineJobTrigger`` passes ``train_fn=None``).
     """
 
     def __init__(
@@ -64,7 +62,6 @@ class RemoteLauncher:
         tracking: TrackingConfig,
         *,
         storage_for: StorageFor | None = None,
-        train_fn: None = None,
     ) -> None:
         from airflow_provider_dltrain.engines.training_engine import as_training_engine
 

@@ -95,7 +95,7 @@ class EngineJobTrigger(BaseTrigger):
         if self.mlflow_run_id:
             end_failed(config, self.mlflow_run_id, RuntimeError(KILLED))
         else:
-            RemoteLauncher(engine, config, train_fn=None).killed(handle)
+            RemoteLauncher(engine, config).killed(handle)
 
     async def on_kill(self) -> None:
         """The deferred task was marked failed or cleared: cancel the job, remove its cluster.

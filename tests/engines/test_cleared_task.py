@@ -89,7 +89,7 @@ def test_a_kill_arriving_while_the_job_is_submitted_stops_it_once_it_is_known(cl
 
     with (
         mock.patch.object(GlueEngine, "submit", submit_then_killed),
-        pytest.raises(RuntimeError, match="killed while glue job .* was submitted; it was stopped"),
+        pytest.raises(RuntimeError, match=r"killed while glue job .* was submitted; it was stopped"),
     ):
         op.execute(_context(op.task_id))
     (handle,) = handles

@@ -57,6 +57,9 @@ def no_work(monkeypatch) -> list[str]:
         "airflow_provider_dltrain.hooks.mlflow.MlflowHook.get_tracking_config", forbid("mlflow")
     )
     monkeypatch.setattr("airflow_provider_dltrain.training.runner.run_training", forbid("run_training"))
+    monkeypatch.setattr(
+        "airflow_provider_dltrain.training.runner.run_training_request", forbid("run_training_request")
+    )
     return started
 
 
