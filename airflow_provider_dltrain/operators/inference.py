@@ -67,7 +67,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         ``serialization_format="pt2"`` instead. Only for registries that only trusted people can write.
     :param force: score even when the partition would be rewritten with the content it holds (by
         default such a run loads no model, starts no Spark session and submits no job; see the
-        README's "Unchanged re-runs") (templated: ``True``, ``False`` or their text).
+        docs' "Unchanged re-runs", docs/backfills.md) (templated: ``True``, ``False`` or their text).
     """
 
     template_fields: Sequence[str] = (

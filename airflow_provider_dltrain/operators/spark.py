@@ -42,10 +42,11 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     :param transform_params: passed to the transform as its third argument (templated). Not named
         ``params``: that name belongs to Airflow's DAG/task Params, which Airflow merges and never renders.
     :param engine: where Spark runs (templated): ``"local"`` (an embedded session in the worker),
-        ``"glue"``, ``"emr"``, ``"emr_serverless"`` or ``"spark_submit"`` (any Spark cluster).
+        ``"glue"``, ``"emr"``, ``"emr_serverless"``, ``"spark_submit"`` (any Spark cluster),
+        ``"sagemaker_processing"`` (a processing job) or ``"ec2"`` (one instance per run, Spark ``local[*]``).
     :param engine_options: the engine's settings (templated), e.g. ``{"staging_uri": "s3://b/dltrain",
         "role": "GlueRole"}`` for Glue, or the engine's options dataclass (``engines.glue.GlueOptions``);
-        an unknown key fails when the DAG file is parsed. See the README's "Running on AWS".
+        an unknown key fails when the DAG file is parsed. See the docs' "Running on AWS" (docs/aws.md).
     :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
     :param poll_interval: seconds between job state checks.
     :param write: a :class:`DeltaWriteOptions` (or its dict), ``partition_formats`` included.
@@ -53,8 +54,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         name none (ignored for local paths).
     :param spark_conf: extra Spark settings for the session.
     :param force: run the stage even when its partition would be rewritten with the content it holds
-        (by default such a run starts no Spark session and submits no job; see the README's
-        "Unchanged re-runs") (templated: ``True``, ``False`` or their text).
+        (by default such a run starts no Spark session and submits no job; see the docs'
+        "Unchanged re-runs", docs/backfills.md) (templated: ``True``, ``False`` or their text).
     """
 
     template_fields: Sequence[str] = (
