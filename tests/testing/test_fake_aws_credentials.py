@@ -189,7 +189,9 @@ def test_the_test_keys_are_refused_off_loopback_and_own_keys_are_taken_out_of_th
 def test_the_compose_stack_gives_the_fake_its_own_keys():
     import yaml
 
-    offline = yaml.safe_load((Path(__file__).parents[2] / "docker" / "compose.offline.yaml").read_text())
+    offline = yaml.safe_load(
+        (Path(__file__).parents[2] / "docker" / "stack" / "compose.offline.yaml").read_text()
+    )
     env = offline["services"]["s3"]["environment"]
     assert env["DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"].startswith("${DLTRAIN_S3_ACCESS_KEY")
     assert env["DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"].startswith("${DLTRAIN_S3_SECRET_KEY")
