@@ -7,14 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
-from airflow_provider_dltrain.operators.remote_training import (
-    MLFLOW_RUN_URL_KEY,
-    RemoteTraining,
-    is_remote_backend,
-)
+from airflow_provider_dltrain.operators.remote_training import MLFLOW_RUN_URL_KEY, RemoteTraining
 from airflow_provider_dltrain.operators.task_context import run_info
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
 from airflow_provider_dltrain.registry.config import mlflow_run_url
@@ -183,12 +178,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
             reused = self._reused_trial(tracking, trial, ref, hparams, storage) if trial else None
             if reused is not None:
                 return reused
-            if is_remote_backend(self.backend) and trial and _trial_stopping(trial):
-                raise InvalidSpecError(
-                    f"trial {trial['name']!r}: early stopping runs on the in-process backends (local, "
-                    f"torch_distributor, horovod), not on backend={self.backend!r}; drop early_stopping "
-                    "from the search or train the trials in-process"
-                )
+            # a trial's early stopping on a cloud backend is refused here, naming the trial
             request = self._request(info, trial, ref=ref, hparams=hparams, tracking=tracking, storage=storage)
             if request.remote:
                 remote = self.train_remotely(context, request)

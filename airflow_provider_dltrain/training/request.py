@@ -127,7 +127,15 @@ class TrainingRequest:
                 "TrackingConfig (or leave tracking unset for the default), not tracking=False"
             )
         if self.early_stopping:
-            raise InvalidSpecError(f"early stopping runs on {_IN_PROCESS}, not on backend={self.backend!r}")
+            trial = self.early_stopping.get("trial")
+            raise InvalidSpecError(
+                f"early stopping runs on {_IN_PROCESS}, not on backend={self.backend!r}"
+                + (
+                    f": drop early_stopping from the search of trial {trial!r} or train the trials in-process"
+                    if trial
+                    else ""
+                )
+            )
 
     def _checked_stopping(self) -> dict[str, Any] | None:
         """The early-stopping settings with their rule checked (the rule needs the tracking store)."""
