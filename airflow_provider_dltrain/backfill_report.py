@@ -319,8 +319,39 @@ def _diff_words(key: str, old: Any, new: Any) -> str:
         return f"rows changed (content digest {str(old)[:12]} → {str(new)[:12]})"
     if old is None:
         return f"{word} {new} (not recorded before)"
-    short = (lambda v: str(v)[:12]) if len(str(old)) > 24 else str
-    return f"{word} {short(old)} → {short(new)}"
+    before, after = differing_parts(str(old), str(new))
+    return f"{word} {before} → {after}"
+
+
+def differing_parts(old: str, new: str) -> tuple[str, str]:
+    """The part of two long values that differs, the shared path around it shown as ``…``.
+
+    A digest or id (no ``/``) is cut to 12 characters; a URI keeps the path segments that differ, so
+    ``file:///m/1/abc/artifacts/model`` and ``file:///m/1/def/artifacts/model`` read ``…/abc/…`` and
+    ``…/def/…`` instead of two equal prefixes.
+    """
+    if len(old) <= 24 and len(new) <= 24:
+        return old, new
+    if "/" not in old + new:
+        return old[:12], new[:12]
+    head = _shared_start(old, new)
+    start = head.rfind("/") + 1  # whole segments only
+    tail = _shared_start(old[start:][::-1], new[start:][::-1])[::-1]
+    cut = tail.find("/") if tail else -1
+    stop = len(tail) - cut if cut >= 0 else 0
+
+    def part(value: str) -> str:
+        middle = value[start : len(value) - stop]
+        return ("…/" if start else "") + middle + ("/…" if stop > 1 else "/" if stop == 1 else "")
+
+    return part(old), part(new)
+
+
+def _shared_start(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 def _training_change(look: _Lookups, run: Any) -> str:

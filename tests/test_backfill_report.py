@@ -161,3 +161,12 @@ def test_a_cleared_date_behind_a_later_run_holding_the_only_slot_says_to_clear_t
     # with a free slot (max_active_runs 2) the scheduler starts the cleared date itself
     roomy = {ds: {**run, "backfill": {**run["backfill"], "max_active_runs": 2}} for ds, run in newest.items()}
     assert stall_notes("2026-01-03", roomy) == []
+
+
+def test_a_model_change_shows_the_part_of_the_model_uri_that_differs(tmp_path):
+    uri = str(tmp_path / "t")
+    base = f"file://{tmp_path}/mlruns/1"
+    _write(uri, "a" * 64, **{"dltrain.model_uri": f"{base}/0123abcd/artifacts/model"})
+    _write(uri, "b" * 64, try_number=2, **{"dltrain.model_uri": f"{base}/4567ef01/artifacts/model"})
+    (change,) = explain(DAG, DS, [_run(uri, 1, 2)]).changes
+    assert "model …/0123abcd/… → …/4567ef01/…" in change
