@@ -21,10 +21,12 @@ import hashlib
 import json
 import logging
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
@@ -211,20 +213,56 @@ class OptunaSearch:
         }
 
 
+# query parameters that hold a secret (a driver's password=, a token=, an api_key=...)
+_SECRET_PARAMS = ("password", "passwd", "pwd", "token", "secret", "key", "credential", "auth")
+_CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+
+
 def _check_storage(storage: Any) -> None:
-    if storage is None or (isinstance(storage, str) and storage.startswith(CONN_PREFIX)):
+    """InvalidSpecError when ``storage`` is no URL or ``conn:<conn_id>``, or carries a credential; the
+    message never repeats the value (it may be a secret)."""
+    if storage is None:
+        return
+    if isinstance(storage, str) and storage.startswith(CONN_PREFIX):
+        if not _CONN_ID.match(storage[len(CONN_PREFIX) :]):
+            raise InvalidSpecError(
+                "search.optuna.storage 'conn:' must be followed by an Airflow connection id (letters, "
+                "digits, '_', '.', '-'), not a URL: create a connection holding the URL and give "
+                "storage='conn:<conn_id>'"
+            )
         return
     if not isinstance(storage, str) or "://" not in storage:
         raise InvalidSpecError(
-            f"search.optuna.storage must be an SQLAlchemy URL or 'conn:<conn_id>', got {storage!r:.100}"
+            "search.optuna.storage must be an SQLAlchemy URL (e.g. 'postgresql://host/optuna') or "
+            f"'conn:<conn_id>', got a {type(storage).__name__} that is neither"
         )
-    from sqlalchemy.engine import make_url
-
-    if make_url(storage).password:
+    found = storage_credentials(storage)
+    if found:
         raise InvalidSpecError(
-            "search.optuna.storage carries a password, which would be stored in XCom and shown in the UI: "
-            "put it in an Airflow connection and give storage='conn:<conn_id>'"
+            f"search.optuna.storage carries a credential ({', '.join(found)}), which would be stored in "
+            "XCom and MLflow and shown in the UI: put the URL in an Airflow connection and give "
+            "storage='conn:<conn_id>'"
         )
+
+
+def storage_credentials(url: str) -> list[str]:
+    """Where ``url`` holds a credential: ``"the password"`` of its user part and ``"parameter NAME"``
+    for each query parameter named like a secret; [] when it holds none."""
+    parsed = urlsplit(url)
+    found = ["the password"] if ":" in parsed.netloc.rpartition("@")[0] else []
+    for name, _ in parse_qsl(parsed.query, keep_blank_values=True):
+        if any(word in name.lower() for word in _SECRET_PARAMS):
+            found.append(f"parameter {name[:40]!r}")
+    return found
+
+
+def redacted_storage(storage: str | None) -> str | None:
+    """``storage`` safe to log or tag: a ``conn:`` id as given, a URL without its user part and query."""
+    if not storage or storage.startswith(CONN_PREFIX):
+        return storage
+    parsed = urlsplit(storage)
+    host = parsed.netloc.rpartition("@")[2]
+    return f"{parsed.scheme}://{host}{parsed.path}{'?***' if parsed.query else ''}"
 
 
 def make_pruner(spec: Mapping[str, Any]) -> Any:

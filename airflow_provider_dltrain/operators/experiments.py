@@ -145,7 +145,12 @@ class ExpandTrialsOperator(BaseOperator):
     ) -> list[dict[str, Any]]:
         """The entries of an Optuna search: the study's trials by parameters, then slots to ask."""
         from airflow_provider_dltrain.exceptions import InvalidSpecError
-        from airflow_provider_dltrain.experiments.optuna_study import OptunaSearch, open_study, plan_trials
+        from airflow_provider_dltrain.experiments.optuna_study import (
+            OptunaSearch,
+            open_study,
+            plan_trials,
+            redacted_storage,
+        )
         from airflow_provider_dltrain.experiments.search_runs import ensure_parent_run, search_key
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
 
@@ -160,13 +165,16 @@ class ExpandTrialsOperator(BaseOperator):
         # without n_trials: asking for more trials continues the same study and parent run
         definition = _definition(info, ref, {"optuna": study.identity()}, fixed, None)
         key = search_key(definition)
+        # the tag is shown to anyone who reads the run: the storage URL without user part or query
+        public = {**study.identity(), "storage": redacted_storage(study.storage)}
+        shown = _definition(info, ref, {"optuna": public}, fixed, None)
         name = f"dltrain-{key[:20]}"
         parent, created = ensure_parent_run(
             tracking,
             self.experiment_name or str(info["dag_id"] or "dltrain"),
             key,
             run_name=f"{info['dag_id']}.study.{str(info.get('data_interval_start') or '')[:10]}",
-            tags={"dltrain.search": json.dumps(definition, default=str)[:5000], "dltrain.optuna_study": name},
+            tags={"dltrain.search": json.dumps(shown, default=str)[:5000], "dltrain.optuna_study": name},
         )
         run_key = str(info["run_id"])
         planned = plan_trials(open_study(study, storage_url(storage), name), study, run_key)

@@ -114,6 +114,34 @@ def test_bad_optuna_specs_name_the_field(change, message):
         st.OptunaSearch.coerce({**SPEC, **change})
 
 
+@pytest.mark.parametrize(
+    "storage_url",
+    [
+        "postgresql://optuna@db/optuna?password=hunter2secret",
+        "postgresql://db/optuna?sslmode=require&passwd=hunter2secret",
+        "mysql+pymysql://db/optuna?PWD=hunter2secret",
+        "postgresql://optuna:hunter2secret@db/optuna",
+        "https://db/optuna?access_token=hunter2secret",
+        "conn:postgresql://optuna:hunter2secret@db/optuna",
+        "conn:postgresql://db/optuna?password=hunter2secret",
+    ],
+)
+def test_a_storage_url_with_a_credential_is_refused_without_repeating_it(storage_url):
+    with pytest.raises(InvalidSpecError, match="conn:<conn_id>") as err:
+        st.OptunaSearch.coerce({**SPEC, "storage": storage_url})
+    assert "hunter2secret" not in str(err.value)
+
+
+def test_a_storage_url_shown_in_a_tag_or_log_keeps_neither_user_part_nor_query():
+    assert st.redacted_storage("postgresql://optuna:pw@db:5432/optuna?sslmode=require") == (
+        "postgresql://db:5432/optuna?***"
+    )
+    assert st.redacted_storage("conn:optuna_db") == "conn:optuna_db"
+    # a connection id and a URL without credentials are accepted as before
+    st.OptunaSearch.coerce({**SPEC, "storage": "conn:optuna_db"})
+    st.OptunaSearch.coerce({**SPEC, "storage": "postgresql://optuna@db/optuna?sslmode=require"})
+
+
 @pytest.mark.parametrize("sampler", ["random", "cmaes", {"name": "grid"}])
 def test_every_sampler_builds(sampler, storage):
     space = {"bs": {"choice": [16, 32]}} if sampler == {"name": "grid"} else {"lr": {"uniform": [0, 1]}}
