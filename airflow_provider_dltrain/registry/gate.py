@@ -1,15 +1,18 @@
 """The promotion gate: does a candidate's metric beat the champion's by the declared margin?
 
 The default gate (``GateSpec(metric, mode, min_delta)``) promotes a positive improvement of at least
-``min_delta`` and never a tie. Policies add an absolute floor or ceiling, MLflow-style absolute and
-relative thresholds, a tie policy and secondary metrics; each decision's ``decided_by`` (and its
-reason) names the rule that decided it.
+``min_delta`` and never a tie. Policies add an absolute floor or ceiling, MLflow's absolute and
+relative thresholds (decided as MLflow >= 3.17's ``MetricThreshold`` decides them, float for float),
+a tie policy and secondary metrics; each decision's ``decided_by`` (and its reason) names the rule
+that decided it. Every reason states improvements and margins in the metric's own unit.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from airflow_provider_dltrain.registry.models import (
@@ -45,8 +48,9 @@ def evaluate_gate(
       ``max``) must be positive. With a policy for ties, a tie goes to the ``tiebreak``
       secondaries in order (``tiebreak:<metric>``), then to ``ties`` (``"reject"``: never passes;
       ``"later_cutoff"``: passes when ``candidate_cutoff`` is later than ``champion_cutoff``);
-    - ``min_delta``, ``min_absolute_change``, ``min_relative_change``: a positive improvement
-      smaller than any of them is refused;
+    - ``min_delta``: a positive improvement smaller than it is refused;
+    - ``min_absolute_change``, ``min_relative_change``: the candidate must meet MLflow's
+      ``MetricThreshold`` of the same name (:func:`metric_threshold_failure`);
     - ``no_regress:<metric>``: a passing candidate whose secondary metric is worse than the
       champion's by more than its ``max_regression`` is refused.
 
@@ -114,26 +118,79 @@ def _compare(
     if improvement + tolerance < gate.min_delta:
         reason = f"{compared}): improves by {improvement:.6g} < min_delta {gate.min_delta:g}"
         return False, reason, "min_delta"
-    absolute, relative = gate.min_absolute_change, gate.min_relative_change
-    if absolute is not None and improvement + tolerance < absolute:
-        reason = f"{compared}): improves by {improvement:.6g} < min_absolute_change {absolute:g}"
-        return False, reason, "min_absolute_change"
-    if relative is not None and improvement + tolerance < relative * abs(champ):
-        share = improvement / abs(champ)
-        reason = f"{compared}): improves by {share:.4%} of |{champ:.6g}| < min_relative_change {relative:.4%}"
-        return False, reason, "min_relative_change"
-    if absolute is None and relative is None:
+    failed = metric_threshold_failure(gate, cand, champ)
+    if failed is not None:
+        reason = f"{compared}): {_margin(gate, failed, champ, improvement)}"
+        return False, reason, failed
+    if gate.min_absolute_change is None and gate.min_relative_change is None:
         reason = f"{compared}): improves by {improvement:.6g} >= min_delta {gate.min_delta:g}"
         return True, reason, "min_delta" if gate.min_delta > 0 else "improvement"
-    return True, f"{compared}): improves by {improvement:.6g}, meeting {_thresholds(gate)}", "thresholds"
+    return (
+        True,
+        f"{compared}): improves by {improvement:.6g}, meeting {_thresholds(gate, champ)}",
+        "thresholds",
+    )
 
 
-def _thresholds(gate: GateSpec) -> str:
+# MLflow's fallback margin for a relative threshold against a zero baseline
+ZERO_CHAMPION_MARGIN = 1e-10
+
+
+def metric_threshold_failure(gate: GateSpec, cand: float, champ: float) -> str | None:
+    """The first of ``min_absolute_change`` / ``min_relative_change`` the candidate fails, or None.
+
+    The arithmetic of MLflow's ``_validate`` (MLflow >= 3.17), so the same values give the same
+    answer, float rounding included: absolute, ``cand >= champ + x`` (``<= champ - x`` when lower is
+    better) compared as exact decimals; relative, ``(cand - champ) / |champ|`` (``(champ - cand) /
+    |champ|``) must not be below ``x``; a zero champion falls back to ``cand >= 0 + 1e-10``
+    (``<= 0 - 1e-10``), as MLflow does. MLflow before 3.17 divided by the signed champion, which
+    reverses the relative check for a negative one.
+    """
+    greater = gate.mode == "max"
+    at_least = operator.ge if greater else operator.le
+    shift = operator.add if greater else operator.sub
+    absolute, relative = gate.min_absolute_change, gate.min_relative_change
+    if absolute is not None and not at_least(Decimal(cand), Decimal(shift(champ, absolute))):
+        return "min_absolute_change"
+    if relative is None:
+        return None
+    if champ == 0:
+        better = at_least(Decimal(cand), Decimal(shift(champ, ZERO_CHAMPION_MARGIN)))
+        return None if better else "min_relative_change"
+    change = ((cand - champ) if greater else (champ - cand)) / abs(champ)
+    return "min_relative_change" if change < relative else None
+
+
+def _margin(gate: GateSpec, rule: str, champ: float, improvement: float | None = None) -> str:
+    """The improvement ``rule`` asks for, in the metric's unit, and where that number comes from.
+
+    With ``improvement`` (a refusal): ``"<improvement> < <margin> (...)"``, both with every digit
+    when six would print them equal (a float just below the margin, which MLflow refuses too).
+    """
+    if rule == "min_absolute_change":
+        needed, source = float(gate.min_absolute_change or 0.0), "min_absolute_change"
+    elif champ == 0:
+        needed, source = (
+            ZERO_CHAMPION_MARGIN,
+            "min_relative_change against a zero champion: MLflow's fallback",
+        )
+    else:
+        relative = float(gate.min_relative_change or 0.0)
+        needed, source = relative * abs(champ), f"min_relative_change {relative:g} x |{champ:.6g}|"
+    if improvement is None:
+        return f"{needed:.6g} ({source})"
+    shown, margin = f"{improvement:.6g}", f"{needed:.6g}"
+    if shown == margin:
+        shown, margin = repr(improvement), repr(needed)
+    return f"improves by {shown} < {margin} ({source})"
+
+
+def _thresholds(gate: GateSpec, champ: float) -> str:
     parts = [f"min_delta {gate.min_delta:g}"] if gate.min_delta > 0 else []
     if gate.min_absolute_change is not None:
-        parts.append(f"min_absolute_change {gate.min_absolute_change:g}")
+        parts.append(_margin(gate, "min_absolute_change", champ))
     if gate.min_relative_change is not None:
-        parts.append(f"min_relative_change {gate.min_relative_change:.4%}")
+        parts.append(_margin(gate, "min_relative_change", champ))
     return " and ".join(parts)
 
 

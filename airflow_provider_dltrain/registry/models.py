@@ -200,7 +200,9 @@ class GateSpec:
     :param max_value: the candidate's value must be ``<= max_value`` (an absolute ceiling).
     :param min_absolute_change: MLflow ``MetricThreshold`` semantics: the candidate must be better by
         at least this much (``>= champion + x`` for higher-is-better).
-    :param min_relative_change: in ``[0, 1]``: better by at least ``x * |champion|``.
+    :param min_relative_change: in ``[0, 1]``: MLflow ``MetricThreshold`` semantics (MLflow >= 3.17):
+        ``(candidate - champion) / |champion| >= x`` (the reverse difference when lower is better);
+        a zero champion only needs a better candidate. See :func:`~.gate.metric_threshold_failure`.
     :param greater_is_better: MLflow's name for the direction; when given it sets ``mode``.
     :param ties: ``"reject"`` (default: a tie never promotes) or ``"later_cutoff"``: a tie promotes
         when the candidate's data cut-off is later than the champion's (more data, same score).

@@ -1,4 +1,4 @@
-"""Gate policies: floors, MLflow-style thresholds, ties with a later cut-off, secondary metrics.
+"""Gate policies: floors, MLflow's thresholds (checked against MLflow's own validation), ties with a later cut-off, secondary metrics.
 
 The rules are pure (``evaluate_gate``); two tests run them through the registry (SQLite MLflow) to
 show a policy decision is recorded, replayed, and re-checked by the champion history's trust rule.
@@ -7,9 +7,11 @@ show a policy decision is recorded, replayed, and re-checked by the champion his
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry import GateSpec, champion_history, evaluate_gate, register_and_promote
+from airflow_provider_dltrain.registry.gate import metric_threshold_failure
 from airflow_provider_dltrain.registry.models import TAG_GATE_RULE
 
 ACC = "val_accuracy"
@@ -40,25 +42,109 @@ def test_an_absolute_floor_or_ceiling_bounds_the_candidates_value(policy, champi
         assert rule in decision.reason
 
 
-@pytest.mark.parametrize(
-    ("policy", "candidate", "champion", "passed", "rule"),
-    [
-        ({"min_absolute_change": 0.05}, 0.85, 0.8, True, "thresholds"),  # >= baseline + change
-        ({"min_absolute_change": 0.05}, 0.84, 0.8, False, "min_absolute_change"),
-        ({"min_relative_change": 0.1}, 0.88, 0.8, True, "thresholds"),  # >= baseline + 10% of |baseline|
-        ({"min_relative_change": 0.1}, 0.87, 0.8, False, "min_relative_change"),
-        ({"min_relative_change": 0.1, "greater_is_better": False}, -1.1, -1.0, True, "thresholds"),
-        ({"min_relative_change": 0.1, "greater_is_better": False}, -1.09, -1.0, False, "min_relative_change"),
-    ],
-)
-def test_absolute_and_relative_thresholds_follow_mlflows_metric_threshold(
-    policy, candidate, champion, passed, rule
-):
-    decision = evaluate_gate(
-        GateSpec("m", "max" if "greater_is_better" not in policy else "min", **policy), candidate, champion, 3
+# (greater_is_better, min_absolute_change, min_relative_change, candidate, champion, MLflow passes it)
+THRESHOLD_CASES = [
+    (True, None, 0.1, 0.9, 0.8, True),
+    (True, None, 0.1, 0.87, 0.8, False),
+    (True, None, 0.1, 0.88, 0.8, False),  # (0.88 - 0.8) / 0.8 is 0.09999999999999995 in floats
+    (True, None, 0.1, -0.4, -0.5, True),  # a negative R2: +0.1 is 20 % of |-0.5|
+    (True, None, 0.1, -0.46, -0.5, False),
+    (True, None, 0.1, -0.55, -0.5, False),
+    (True, None, 0.5, 1e-8, 0.0, True),  # zero champion: MLflow's fallback, better by >= 1e-10
+    (True, None, 0.5, 5e-11, 0.0, False),
+    (True, None, 0.5, -0.05, 0.0, False),
+    (False, None, 0.1, 0.89, 1.0, True),
+    (False, None, 0.1, 0.9, 1.0, False),  # (1.0 - 0.9) / 1.0 is 0.09999999999999998
+    (False, None, 0.1, -1.1, -1.0, True),  # the case MLflow < 3.17 decided the other way
+    (False, None, 0.1, -1.09, -1.0, False),
+    (False, None, 0.1, -0.95, -1.0, False),
+    (False, None, 0.2, -0.05, 0.0, True),
+    (False, None, 0.2, 0.05, 0.0, False),
+    (True, 0.05, None, 0.86, 0.8, True),
+    (True, 0.05, None, 0.85, 0.8, False),  # 0.8 + 0.05 is 0.8500000000000001
+    (True, 0.05, None, -0.9, -1.0, True),
+    (False, 0.05, None, -1.1, -1.0, True),
+    (False, 0.05, None, -1.04, -1.0, False),
+    (False, 0.2, 0.1, 1.7, 2.0, True),
+    (False, 0.2, 0.1, 1.85, 2.0, False),  # meets 10 %, misses the absolute 0.2
+    (True, 0.01, 0.3, 1.2, 1.0, False),  # meets the absolute, misses 30 %
+]
+NEGATIVE_BEFORE_317 = "MLflow < 3.17 divided by the signed baseline (reversed for a negative one)"
+
+
+def _gate(greater: bool, absolute: float | None, relative: float | None) -> GateSpec:
+    return GateSpec(
+        "m", greater_is_better=greater, min_absolute_change=absolute, min_relative_change=relative
     )
-    assert (decision.passed, decision.decided_by) == (passed, rule), decision.reason
-    assert ("min_relative_change" in decision.reason) == ("min_relative_change" in policy)
+
+
+def _mlflow_passes(greater: bool, absolute, relative, candidate: float, champion: float) -> bool:
+    """MLflow's own answer: ``validate_evaluation_results`` with a ``MetricThreshold``."""
+    validation = pytest.importorskip("mlflow.models.evaluation.validation")
+    from mlflow.models.evaluation import EvaluationResult
+
+    threshold = validation.MetricThreshold(
+        min_absolute_change=absolute, min_relative_change=relative, greater_is_better=greater
+    )
+    try:
+        validation.validate_evaluation_results(
+            {"m": threshold},
+            EvaluationResult(metrics={"m": candidate}, artifacts={}),
+            EvaluationResult(metrics={"m": champion}, artifacts={}),
+        )
+    except validation.ModelValidationFailedException:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("greater", "absolute", "relative", "candidate", "champion", "passes"), THRESHOLD_CASES
+)
+def test_min_absolute_and_relative_change_decide_as_mlflows_own_validation(
+    greater, absolute, relative, candidate, champion, passes
+):
+    import mlflow
+
+    if champion < 0 and relative is not None and Version(mlflow.__version__) < Version("3.17"):
+        pytest.skip(NEGATIVE_BEFORE_317)
+    assert _mlflow_passes(greater, absolute, relative, candidate, champion) is passes
+    failed = metric_threshold_failure(_gate(greater, absolute, relative), candidate, champion)
+    assert (failed is None) is passes, failed
+
+
+@pytest.mark.parametrize(
+    ("greater", "absolute", "relative", "candidate", "champion", "passes"), THRESHOLD_CASES
+)
+def test_the_gate_promotes_exactly_the_better_candidates_mlflows_thresholds_pass(
+    greater, absolute, relative, candidate, champion, passes
+):
+    decision = evaluate_gate(_gate(greater, absolute, relative), candidate, champion, 3)
+    better = candidate > champion if greater else candidate < champion
+    assert decision.passed is (passes and better), decision.reason
+    expected = "thresholds" if decision.passed else ("improvement" if not better else None)
+    assert expected is None or decision.decided_by == expected, decision.reason
+
+
+def test_a_tie_is_refused_although_mlflows_zero_relative_change_accepts_it():
+    gate = GateSpec("m", "max", min_relative_change=0.0)
+    assert metric_threshold_failure(gate, 0.5, 0.5) is None  # MLflow: a change of 0 is not below 0
+    decision = evaluate_gate(gate, 0.5, 0.5, 3)
+    assert not decision.passed and decision.decided_by == "improvement"
+
+
+def test_threshold_reasons_state_improvement_and_margin_in_the_metrics_unit():
+    relative = evaluate_gate(GateSpec("val_loss", "min", min_relative_change=0.002), 0.988, 0.989692, 4)
+    assert relative.decided_by == "min_relative_change"
+    assert "improves by 0.001692 < 0.00197938 (min_relative_change 0.002 x |0.989692|)" in relative.reason
+    assert "%" not in relative.reason
+    edge = evaluate_gate(GateSpec("m", "max", min_relative_change=0.1), 0.88, 0.8, 4)
+    assert "improves by 0.07999999999999996 < 0.08000000000000002" in edge.reason  # refused by a float
+    passed = evaluate_gate(
+        GateSpec("m", "max", min_absolute_change=0.05, min_relative_change=0.1), 0.9, 0.8, 4
+    )
+    assert passed.reason.endswith(
+        "improves by 0.1, meeting 0.05 (min_absolute_change) and 0.08 (min_relative_change 0.1 x |0.8|)"
+    )
 
 
 def test_a_tie_promotes_only_a_later_data_cutoff_under_ties_later_cutoff():
