@@ -54,6 +54,8 @@ class TrainJobSpec:
     :param mlflow_run_id: the run the launcher opened; rank 0 logs metrics and the model into it.
     :param checkpoint_uri: where checkpoints persist (S3), synced to the job's local checkpoint dir.
     :param non_finite: what rank 0 does with a NaN or infinite metric (``training/finite.py``).
+    :param wandb: rank 0's W&B run beside MLflow (``WandbSpec.to_dict``: the user's settings and
+        the run's identity, no key); ``None``: MLflow only.
     """
 
     train_fn: str
@@ -74,6 +76,7 @@ class TrainJobSpec:
     code_uris: tuple[str, ...] = ()
     timeout_s: float = 1800.0
     non_finite: str = "fail_at_end"
+    wandb: dict[str, Any] | None = None
     kind: str = KIND
     version: int = TRAIN_SPEC_VERSION
 

@@ -79,6 +79,7 @@ def train(spec: TrainJobSpec) -> dict[str, Any]:
     from airflow_provider_dltrain.lake.scan_plan import resolve
     from airflow_provider_dltrain.training.rank_job import RankJob, run_rank_job
     from airflow_provider_dltrain.training.runner import load_train_fn
+    from airflow_provider_dltrain.training.wandb_tracking import WandbSpec
 
     _, world, horovod = launched_ranks()
     if world != spec.world_size:
@@ -104,6 +105,7 @@ def train(spec: TrainJobSpec) -> dict[str, Any]:
         timeout_s=spec.timeout_s,
         checkpoint_path=os.environ.get(CHECKPOINT_DIR_ENV) or None,
         non_finite=spec.non_finite,
+        wandb=WandbSpec.from_dict(spec.wandb) if spec.wandb else None,
     )
     if horovod:
         from airflow_provider_dltrain.training.horovod_backend import run_horovod_job

@@ -115,6 +115,7 @@ class RemoteLauncher:
                 mlflow_run_id=started.run_id,
                 experiment_id=started.experiment_id,
                 non_finite=request.non_finite,
+                wandb=_job_wandb(request, started, self.tracking),
             )
         except BaseException as err:
             end_failed(self.tracking, started.run_id, err)
@@ -196,6 +197,21 @@ class RemoteLauncher:
                 )
                 return
         self.end_failed(RuntimeError(KILLED))
+
+
+def _job_wandb(request: TrainingRequest, started: Any, tracking: TrackingConfig) -> dict[str, Any] | None:
+    """The job's W&B spec (rank 0 of the job records the run), as its JSON; ``None``: MLflow only."""
+    from airflow_provider_dltrain.registry.config import strip_userinfo
+    from airflow_provider_dltrain.training.wandb_tracking import run_spec
+
+    spec = run_spec(
+        request.extra_tracking,
+        started.tags,
+        run_id=started.run_id,
+        experiment_id=started.experiment_id,
+        tracking_uri=strip_userinfo(tracking.tracking_uri),
+    )
+    return spec.to_dict() if spec else None
 
 
 def boto3_clients(region: str | None = None) -> Callable[[str], Any]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.training.backends import Backend
     from airflow_provider_dltrain.training.rank_job import TrainFn
 
-_IN_PROCESS = "the in-process backends (local, torch_distributor, horovod)"
+_IN_PROCESS = "the in-process backends (local, ddp, torch_distributor, horovod)"
 
 
 def is_remote_backend(backend: Any) -> bool:
@@ -38,17 +38,17 @@ def is_remote_backend(backend: Any) -> bool:
     return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES
 
 
-def checked_extra_tracking(value: Mapping[str, Any] | None, backend: Any) -> dict[str, Any] | None:
-    """``extra_tracking`` (``None`` when it names no target), refused when malformed or remote."""
+def checked_extra_tracking(value: Mapping[str, Any] | None, backend: Any = None) -> dict[str, Any] | None:
+    """``extra_tracking`` (``None`` when it names no target), refused when malformed.
+
+    Every backend accepts it: rank 0 runs dltrain's rank code in-process (local, ddp,
+    torch_distributor, horovod) and in the job of every remote backend (sagemaker, ec2, ray,
+    kubeflow), which gets the W&B spec in its job spec; ``backend`` changes nothing.
+    """
     from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
 
     if parse_extra_tracking(value) is None:
         return None
-    if is_remote_backend(backend):
-        raise InvalidSpecError(
-            f"extra_tracking runs in rank 0 of {_IN_PROCESS}, not on backend={backend!r}; "
-            "drop extra_tracking or train in-process"
-        )
     return dict(value or {})
 
 
@@ -92,7 +92,7 @@ class TrainingRequest:
         from airflow_provider_dltrain.engines import options_dict
 
         check_mode(self.non_finite)
-        self._set(extra_tracking=checked_extra_tracking(self.extra_tracking, self.backend))
+        self._set(extra_tracking=checked_extra_tracking(self.extra_tracking))
         self._set(
             hparams=dict(self.hparams or {}),
             tags=dict(self.tags or {}),

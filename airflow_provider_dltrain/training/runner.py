@@ -89,9 +89,10 @@ def run_training(
     :param aws_clients: cloud backends: ``service -> boto3 client`` (default: boto3's own chain,
         in ``backend_options["region"]`` when given).
     :param poll_interval: cloud backends: seconds between status checks of the job.
-    :param extra_tracking: tracking targets beside MLflow, in-process backends only: ``{"wandb":
-        {"project": ..., "entity": ..., "mode": "offline", "required": False}}`` records the run in
-        W&B too (see :mod:`airflow_provider_dltrain.training.wandb_tracking`).
+    :param extra_tracking: tracking targets beside MLflow, on every backend (rank 0 records them,
+        in this process or in the job): ``{"wandb": {"project": ..., "entity": ..., "mode":
+        "offline", "required": False}}`` records the run in W&B too (see
+        :mod:`airflow_provider_dltrain.training.wandb_tracking`).
 
     Identical rows (in whatever files), code, ``hparams`` (seed included) and world size give
     bit-identical weights and metrics on CPU.
@@ -142,20 +143,20 @@ def run_training_request(request: TrainingRequest) -> TrainResult:
 def _train_in_process(request: TrainingRequest) -> TrainResult:
     """``run_training`` on a backend of this process (local, torch_distributor, horovod, an object)."""
     from airflow_provider_dltrain.training.finite import check_report
-    from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
+    from airflow_provider_dltrain.training.wandb_tracking import run_spec
 
     non_finite = request.non_finite
     runner = get_backend(request.backend, request.backend_options)
     run = start_tracked_run(request, backend_name=runner.name, world_size=runner.world_size)
     fn, plan, params, seed, config, run_id = run.fn, run.plan, run.params, run.seed, run.config, run.run_id
     experiment_id, all_tags = run.experiment_id, run.tags
-    wandb = parse_extra_tracking(request.extra_tracking)
-    if wandb is not None:
-        from airflow_provider_dltrain.training.wandb_tracking import with_run_info
-
-        mlflow = {"run_id": run_id if config else None, "experiment_id": experiment_id}
-        mlflow["tracking_uri"] = config.tracking_uri if config else None
-        wandb = with_run_info(wandb, all_tags, mlflow)
+    wandb = run_spec(
+        request.extra_tracking,
+        all_tags,
+        run_id=run_id if config else None,
+        experiment_id=experiment_id,
+        tracking_uri=config.tracking_uri if config else None,
+    )
     with failure_ends_run(config, run_id):
         job = RankJob(
             fn,

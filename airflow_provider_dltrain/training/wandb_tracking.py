@@ -9,6 +9,9 @@ try). A W&B failure - at init or at any later call - is logged and training goes
 spec says ``required: True``; then the run fails with :class:`~airflow_provider_dltrain.exceptions.
 ExtraTrackingError`. W&B collects nothing else: no console capture, code, git state, command line or
 system metrics.
+
+Rank 0 runs this on every backend: in this process on the in-process ones, and in the job on the
+remote ones, whose ``TrainJobSpec`` carries :meth:`WandbSpec.to_dict` (settings and run identity, no key).
 """
 
 from __future__ import annotations
@@ -87,6 +90,28 @@ class WandbSpec:
             tags=tuple(str(t) for t in value.get("tags") or ()),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON (what a remote job's spec carries, ``run_info`` included)."""
+        return {
+            "project": self.project,
+            "entity": self.entity,
+            "mode": self.mode,
+            "required": self.required,
+            "dir": self.dir,
+            "tags": list(self.tags),
+            "run_info": dict(self.run_info),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WandbSpec:
+        """The spec :meth:`to_dict` wrote (checked as a user's, then its ``run_info`` restored)."""
+        from dataclasses import replace
+
+        user = {k: v for k, v in data.items() if k != "run_info"}
+        return replace(
+            cls.coerce(user), run_info={str(k): str(v) for k, v in (data.get("run_info") or {}).items()}
+        )
+
 
 def parse_extra_tracking(extra_tracking: Mapping[str, Any] | None) -> WandbSpec | None:
     """The W&B spec of ``extra_tracking`` (``None`` when absent); unknown targets are refused."""
@@ -126,6 +151,22 @@ def with_run_info(
             info[key] = run_tags[key]
     info.update({f"mlflow.{k}": str(redact_uri(v)) for k, v in mlflow.items() if v})
     return replace(spec, run_info=info)
+
+
+def run_spec(
+    extra_tracking: Mapping[str, Any] | None,
+    run_tags: Mapping[str, str],
+    *,
+    run_id: str | None,
+    experiment_id: str | None,
+    tracking_uri: str | None,
+) -> WandbSpec | None:
+    """The W&B spec of a training run (``None`` without one): the user's, with the run's identity."""
+    spec = parse_extra_tracking(extra_tracking)
+    if spec is None:
+        return None
+    mlflow = {"run_id": run_id, "experiment_id": experiment_id, "tracking_uri": tracking_uri}
+    return with_run_info(spec, run_tags, mlflow)
 
 
 def redacted_params(hparams: Mapping[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,6 @@ def no_work(monkeypatch) -> None:
         ({"non_finite": "ignore"}, r"^non_finite must be one of"),
         ({"cutoff": "2026-11-28 junk"}, r"^cutoff='2026-11-28 junk' is not a date"),
         ({"extra_tracking": {"neptune": {}}}, r"^extra_tracking has unknown targets \['neptune'\]"),
-        ({"extra_tracking": {"wandb": {"project": "p"}}, "backend": "sagemaker"}, r"^extra_tracking runs in"),
         ({"tracking": False, "backend": "ec2"}, r"not tracking=False$"),
         ({"early_stopping": STOPPING, "backend": "ray"}, r"^early stopping runs on the in-process"),
         ({"early_stopping": {"spec": STOPPING["spec"]}}, r"^early_stopping needs .*'parent_run_id', 'trial'"),

@@ -119,13 +119,76 @@ def test_extra_tracking_is_checked_before_anything_runs(digits_ref):
         run_training(
             steps_train, digits_ref, tracking=False, extra_tracking={"wandb": {"project": "p", "mode": "x"}}
         )
-    with pytest.raises(InvalidSpecError, match="in-process backends"):
-        run_training(steps_train, digits_ref, backend="sagemaker", extra_tracking={"wandb": {"project": "p"}})
 
 
 def test_the_operator_refuses_a_bad_extra_tracking_when_the_dag_is_parsed(digits_ref):
     kwargs = {"task_id": "t", "dataset": digits_ref.to_dict(), "train_fn": "m:f"}
     with pytest.raises(InvalidSpecError, match=r"unknown keys \['projct'\]"):
         TrainModelOperator(**kwargs, extra_tracking={"wandb": {"projct": "p"}})
-    with pytest.raises(InvalidSpecError, match="backend='ec2'"):
-        TrainModelOperator(**kwargs, backend="ec2", extra_tracking={"wandb": {"project": "p"}})
+
+
+@pytest.mark.parametrize("backend", ["ddp", "sagemaker", "ec2", "ray", "kubeflow"])
+def test_every_backend_accepts_wandb_when_the_dag_is_parsed(digits_ref, backend):
+    from airflow_provider_dltrain.training.request import TrainingRequest
+
+    wandb = {"wandb": {"project": "p", "mode": "offline"}}
+    op = TrainModelOperator(
+        task_id="t", dataset=digits_ref.to_dict(), train_fn="m:f", backend=backend, extra_tracking=wandb
+    )
+    assert op.extra_tracking == wandb
+    assert TrainingRequest("m:f", digits_ref, backend=backend, extra_tracking=wandb).extra_tracking == wandb
+
+
+def test_a_remote_jobs_rank_0_records_the_wandb_run_its_spec_carries(digits_ref, tmp_path, monkeypatch):
+    """The launcher puts the W&B settings and the run's identity into the job spec (JSON, no key);
+    rank 0 of the job (``train_entry``, what SageMaker, EC2, Ray and Kubeflow nodes run) records the
+    run with them."""
+    from types import SimpleNamespace
+
+    from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
+    from airflow_provider_dltrain.jobs import train_entry
+    from airflow_provider_dltrain.lake.scan_plan import resolve
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.training.remote import _job_wandb
+    from airflow_provider_dltrain.training.request import TrainingRequest
+
+    for name in ("RANK", "WORLD_SIZE", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(train_entry.FAILURE_FILE_ENV, str(tmp_path / "failure"))
+    request = TrainingRequest(
+        "test_wandb_tracking:steps_train",
+        digits_ref,
+        {"api_token": SECRET},
+        backend="kubeflow",
+        extra_tracking={"wandb": {"project": "digits", "mode": "offline"}},
+    )
+    started = SimpleNamespace(
+        run_id="remote-run-1",
+        experiment_id="7",
+        tags={"dltrain.dag_id": "nightly", "dltrain.task_id": "train", "dltrain.try_number": "3"},
+    )
+    tracking = TrackingConfig(tracking_uri="https://user:pw@mlflow.example.com")
+    spec = TrainJobSpec(
+        train_fn="test_wandb_tracking:steps_train",
+        dataset=digits_ref.to_dict(),
+        data_filter=[],
+        hparams={"api_token": SECRET},
+        seed=0,
+        world_size=1,
+        data_fingerprint=resolve(digits_ref).fingerprint,
+        result_uri=str(tmp_path / "run" / "result.json"),
+        wandb=_job_wandb(request, started, tracking),
+    )
+    text = spec.to_json()
+    assert "pw@" not in text  # the W&B spec holds no credentials
+    assert train_entry.run(TrainJobSpec.from_json(text)) == 0  # what the job reads
+    records = _records(str(tmp_path / "run"))
+    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    assert run["run_id"] == "remote-run-1" and run["project"] == "digits"
+    config = run["config"]["update"]
+    assert config["api_token"] == "***"
+    dltrain = config["dltrain"]
+    assert dltrain["mlflow.run_id"] == "remote-run-1" and dltrain["airflow.try_number"] == "3"
+    assert dltrain["mlflow.tracking_uri"] == "https://mlflow.example.com"
+    history = [r["history"] for r in records if r["type"] == "history"]
+    assert [h["item"]["loss"] for h in history if "loss" in h["item"]] == [1.0, 0.5, pytest.approx(1 / 3)]
