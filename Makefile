@@ -178,11 +178,18 @@ lint: install
 	$(VENV)/bin/mypy airflow_provider_dltrain
 	$(VENV)/bin/lint-imports --no-cache
 
-# The wheel and the sdist of the provider, in dist/ (uv build, pinned in the dev extra): what a user
-# installs into an environment of their own (see docs/install.md).
-dist: install
+# The wheel and the sdist of the provider, in dist/: what a user installs into an environment of their
+# own (see docs/install.md). uv (the dev extra's pin, installed alone into build/dist-uv) builds them in
+# an isolated environment with setuptools and wheel pinned: nothing of the development environment
+# (torch, Spark, Airflow) is installed for it; seconds on a fresh clone.
+SETUPTOOLS_VERSION ?= 84.2.1
+WHEEL_VERSION ?= 0.48.0
+DIST_UV := build/dist-uv
+dist:
 	rm -rf dist
-	$(VENV)/bin/uv build --python $(PY) --out-dir dist
+	test -x $(DIST_UV)/bin/uv || $(PYTHON) -m pip install -q --target $(DIST_UV) uv==$(UV_VERSION)
+	printf 'setuptools==%s\nwheel==%s\n' $(SETUPTOOLS_VERSION) $(WHEEL_VERSION) > $(DIST_UV)/build-constraints.txt
+	$(DIST_UV)/bin/uv build -q --python $(PYTHON) --build-constraints $(DIST_UV)/build-constraints.txt --out-dir dist
 
 # The documentation site (mkdocs.yml, docs/) in site/; --strict: a broken link or reference fails.
 docs: install
