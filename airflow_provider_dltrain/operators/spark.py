@@ -131,7 +131,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
     def run_spec(self, context: Context) -> RunSpec:
         """The stage as a :class:`RunSpec` (what a cloud job receives)."""
         from airflow_provider_dltrain.engines import RunSpec
-        from airflow_provider_dltrain.etl.dvc_inputs import resolve_dvc_inputs
+        from airflow_provider_dltrain.etl.dvc_inputs import recorded_inputs, resolve_dvc_inputs
         from airflow_provider_dltrain.etl.inputs import check_inputs
         from airflow_provider_dltrain.jobs.stages import check_write_options
         from airflow_provider_dltrain.operators.engine_run import identity_from
@@ -141,8 +141,12 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         formats = self.write_options_.get("partition_formats")
         partition = check_partition(self.partition, formats, rendered=True)  # before any work starts
         check_inputs(self.inputs)
-        # DVC inputs pinned to a commit and md5 once, before Spark: the run, its facts and lineage agree
-        inputs = resolve_dvc_inputs(self.inputs)
+        # DVC inputs pinned to a commit and md5 once, before Spark: the run, its facts and lineage agree;
+        # a moving revision to the commit the partition's last write read (a backfill reads the nightly's)
+        def recorded() -> dict[str, Any] | None:
+            return recorded_inputs(self.table_uri, partition or {}, self._storage()(self.table_uri))
+
+        inputs = resolve_dvc_inputs(self.inputs, recorded=recorded)
         self._pinned_inputs = inputs
         transform = self.transform
         if callable(transform):

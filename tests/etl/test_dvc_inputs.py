@@ -4,6 +4,7 @@ recomputed at a new one; read from a local DVC remote (a git repository and the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -130,6 +131,10 @@ def test_a_dvc_input_reruns_unchanged_at_the_same_commit_and_recomputes_at_a_new
     assert runs == [] and again["skipped"] is True and again["committed"] is False
     assert f"raw: data/raw.csv at commit {v1[:12]}" in again["reason"]
 
+    runs.clear()  # HEAD has moved to v2 since: a backfill of DS reads v1, what its nightly read
+    backfill = etl("HEAD").execute(_context())
+    assert runs == [] and backfill["skipped"] is True and f"at commit {v1[:12]}" in backfill["reason"]
+
     second = etl("v2").execute(_context())
     assert runs == ["stage"] and second["committed"] is True and second["rows_written"] == 3
     assert DeltaLog(second["uri"]).commit_info(second["version"])[META_RERUN_CHANGED] == "inputs.raw"
@@ -157,3 +162,63 @@ def test_a_dvc_input_of_the_wrong_shape_is_refused_with_the_other_input_checks()
         check_inputs({"raw": {"dvc": {"repo": "r"}, "format": "csv"}})
     with pytest.raises(InvalidSpecError, match=r"inputs\['raw'\]\.format 'xlsx'"):
         check_inputs({"raw": {"dvc": {"repo": "r", "path": "p"}, "format": "xlsx"}})
+
+
+def test_a_backfill_with_a_moving_rev_reads_the_commit_the_nightly_recorded_for_its_date(dvc_repo):
+    """HEAD has moved from v1 to v2 since the nightly of D read v1: a backfill of D reads v1 again,
+    a date never written reads today's HEAD, and ``moving_rev: current`` reads today's on purpose."""
+    from airflow_provider_dltrain.etl.dvc_inputs import resolve_dvc_inputs
+
+    v1, v2 = dvc_repo["commits"]["v1"], dvc_repo["commits"]["v2"]
+    first = resolve_dvc_inputs({"raw": _input(dvc_repo, "v1")}, recorded=lambda: None)["raw"]["dvc"]
+    nightly = {"raw": {"kind": "dvc", "repo": dvc_repo["repo"], "path": "data/raw.csv", "commit": v1}}
+    for rev in ("HEAD", "master"):
+        backfill = resolve_dvc_inputs({"raw": _input(dvc_repo, rev)}, recorded=lambda: nightly)["raw"]["dvc"]
+        assert (backfill["commit"], backfill["md5"]) == (v1, first["md5"])
+    never_written = resolve_dvc_inputs({"raw": _input(dvc_repo, "HEAD")}, recorded=lambda: None)
+    assert never_written["raw"]["dvc"]["commit"] == v2
+    forced = _input(dvc_repo, "HEAD", moving_rev="current")
+    assert resolve_dvc_inputs({"raw": forced}, recorded=lambda: nightly)["raw"]["dvc"]["commit"] == v2
+
+
+def test_a_moving_rev_for_a_date_written_without_a_recorded_commit_is_refused_saying_how_to_pin_it(dvc_repo):
+    from airflow_provider_dltrain.etl.dvc_inputs import resolve_dvc_inputs
+
+    other = {"raw": {"kind": "files", "files": 1, "hash": "x"}}  # written, but no DVC commit for it
+    for recorded in ({}, other):
+        with pytest.raises(InvalidSpecError) as err:
+            resolve_dvc_inputs({"raw": _input(dvc_repo, "HEAD")}, recorded=lambda r=recorded: r)
+        message = str(err.value)
+        assert message.startswith("inputs['raw'].dvc.rev: 'HEAD' moves")
+        assert "a tag or a commit" in message and "'moving_rev': 'current'" in message
+    tagged = resolve_dvc_inputs({"raw": _input(dvc_repo, "v2")}, recorded=lambda: {})  # a tag is stable
+    assert tagged["raw"]["dvc"]["commit"] == dvc_repo["commits"]["v2"]
+
+
+def test_a_dvc_spec_carrying_its_own_commit_and_md5_is_checked_and_never_builds_a_path(
+    dvc_repo, tmp_path, monkeypatch
+):
+    from airflow_provider_dltrain.etl.dvc_inputs import local_copy, resolve_dvc_inputs
+
+    monkeypatch.setenv("DLTRAIN_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "dvc").mkdir(parents=True)  # the cache exists, as after any first fetch
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "raw.csv").write_text("id,x\n666,secret\n")
+    v1, v2 = dvc_repo["commits"]["v1"], dvc_repo["commits"]["v2"]
+    escape = os.path.relpath(outside, tmp_path / "home" / "dvc")
+    with pytest.raises(InvalidSpecError, match=r"inputs\['raw'\]\.dvc\.md5 must be the 32 hex digits"):
+        local_copy("raw", _input(dvc_repo, "v1", commit=v1, md5=escape))
+    with pytest.raises(InvalidSpecError, match=r"inputs\['raw'\]\.dvc\.commit must be the 40 hex digits"):
+        resolve_dvc_inputs({"raw": _input(dvc_repo, "v1", commit="../" * 13 + "x", md5="0" * 32)})
+    v2_md5 = resolve_dvc_inputs({"raw": _input(dvc_repo, "v2")})["raw"]["dvc"]["md5"]
+    with pytest.raises(InvalidSpecError, match=r"inputs\['raw'\]\.dvc\.md5: .* not the md5 .* records"):
+        resolve_dvc_inputs({"raw": _input(dvc_repo, "v1", commit=v1, md5=v2_md5)})
+    with pytest.raises(
+        InvalidSpecError, match=r"inputs\['raw'\]\.dvc\.commit: .* is not the commit 'v1' names"
+    ):
+        resolve_dvc_inputs({"raw": _input(dvc_repo, "v1", commit=v2)})
+    with pytest.raises(InvalidSpecError, match=r"inputs\['raw'\]\.dvc\.commit: 'f{40}' is no commit of"):
+        resolve_dvc_inputs({"raw": _input(dvc_repo, "v1", commit="f" * 40)})
+    checked = resolve_dvc_inputs({"raw": _input(dvc_repo, "v2", commit=v2, md5=v2_md5)})["raw"]["dvc"]
+    assert (checked["commit"], checked["md5"]) == (v2, v2_md5)
