@@ -3,7 +3,8 @@
     python docker/images.py [build] [NAME ...]     build (or find) NAME... (default: every image);
                                                   prints {"name": "dltrain/name:hash", ...} as JSON
     python docker/images.py tags [NAME ...]       the tags the current inputs give, building nothing
-    python docker/images.py prune                 remove dltrain images whose tag is no longer current
+    python docker/images.py prune                 remove the images this script built whose tag is no
+                                                  longer current (never an image built FROM one of them)
 
 Images (``docker/stack/Dockerfile*``: the deployment; ``docker/jobs/Dockerfile*``: what runs inside a job;
 each takes its parent as ``BASE_IMAGE``; the tree: ``docker/README.md``):
@@ -20,7 +21,11 @@ each takes its parent as ``BASE_IMAGE``; the tree: ``docker/README.md``):
 A tag is ``dltrain/<name>:<16 hex>``, the SHA-256 of the image's recipe: its Dockerfile and target, build
 arguments, every file it copies, and its parent's tag. An image whose tag exists is not rebuilt, so a
 second ``make images`` on one machine takes seconds; a changed input builds a new tag, and ``prune``
-removes the stale ones. Standard library only: runs before any virtual environment exists.
+removes the stale ones. Every image this script builds carries the label ``dltrain.tag`` holding its own
+tag; an image built ``FROM`` one of ours inherits that label with *our* tag in it, not its own name, so
+``prune`` tells them apart and removes only a stale tag whose image says it is that tag (a user's
+``dltrain/train-kubeflow:local`` stays, whatever its name). Standard library only: runs before any
+virtual environment exists.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ DOCKER = REPO / "docker"
 WHEELS = DOCKER / "wheels"
 REPOSITORY = "dltrain"
 LABEL = "dltrain.image"
+OWN_TAG = "dltrain.tag"  # the tag the image was built as: the proof that prune may remove it
 SUITE = "bookworm"
 MIRROR = os.environ.get("DLTRAIN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CA_BUNDLE = Path(os.environ.get("DLTRAIN_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
@@ -267,9 +273,11 @@ def build(name: str) -> str:
     log(f"building {target}")
     if image.dockerfile is None:
         build_base(target)
+        # the imported base gets its own-tag label in a step of no layers (the recipe stays hashed as is)
+        _docker_build(["-t", target, *labels(name, target), "-"], f"FROM {target}\n")
     else:
         # --force-rm: a failed step's container goes too, not only a successful one's
-        command = ["build", "--force-rm", "-f", image.dockerfile, "-t", target, "--label", f"{LABEL}={name}"]
+        command = ["build", "--force-rm", "-f", image.dockerfile, "-t", target, *labels(name, target)]
         command += ["--build-arg", f"BASE_IMAGE={tag(image.parent or 'base')}"]
         for key, value in image.build_args.items():
             command += ["--build-arg", f"{key}={value}"]
@@ -282,13 +290,37 @@ def build(name: str) -> str:
     return target
 
 
+def labels(name: str, target: str) -> list[str]:
+    """The ``docker build`` arguments that mark ``target`` (image ``name``) as built here, as itself."""
+    return ["--label", f"{LABEL}={name}", "--label", f"{OWN_TAG}={target}"]
+
+
+def _docker_build(args: list[str], dockerfile: str) -> None:
+    result = subprocess.run(
+        ["docker", "build", "-q", *args], input=dockerfile, text=True, capture_output=True
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"images: docker build {' '.join(args)} failed:\n{result.stderr[-4000:]}")
+
+
 def prune() -> list[str]:
-    """Remove every dltrain image whose tag is not the current one of its name."""
+    """Remove every tag this script built that is not the current one of its name; return them.
+
+    A tag goes only when its image's ``dltrain.tag`` label names that very tag: an image built
+    ``FROM`` ours (it inherits the label, naming our tag) or tagged by a user is never touched,
+    whatever its name; ``docker rmi`` of a tag removes that tag only, never another name of the image.
+    """
     current = {tag(name) for name in IMAGES}
     listed = docker(
         "images", "--filter", f"label={LABEL}", "--format", "{{.Repository}}:{{.Tag}}"
     ).stdout.split()
-    stale = [t for t in listed if t.startswith(f"{REPOSITORY}/") and t not in current]
+    candidates = [t for t in listed if t.startswith(f"{REPOSITORY}/") and t not in current]
+    if not candidates:
+        return []
+    owners = docker(
+        "image", "inspect", "--format", f'{{{{index .Config.Labels "{OWN_TAG}"}}}}', *candidates
+    ).stdout.splitlines()
+    stale = [t for t, own in zip(candidates, owners, strict=True) if own == t]
     for old in stale:
         docker("rmi", old, check=False)
     return stale
