@@ -185,7 +185,7 @@ def job_summary(engine: Engine, handle: JobHandle, result: Mapping[str, Any]) ->
         )
         lines.append(f"  table {result['uri']} version {result['version']}: {state}")
     if "rows_written" in result:
-        rows = f"  rows: {result['rows_written']} written, {result.get('rows_quarantined', 0)} quarantined"
+        rows = _rows_line(result)
         reasons = sorted((result.get("quarantine_reasons") or {}).items(), key=lambda kv: -kv[1])
         if reasons:
             shown = "; ".join(f"{n} x {r[:80]}" for r, n in reasons[:3])
@@ -200,6 +200,15 @@ def job_summary(engine: Engine, handle: JobHandle, result: Mapping[str, Any]) ->
     if logs:
         lines.append(f"  logs: {logs}")
     return "\n".join(lines)
+
+
+def _rows_line(result: Mapping[str, Any]) -> str:
+    """``rows: 400 written, 0 quarantined``; a run that committed nothing says so instead of "written"."""
+    good, bad = result.get("rows_written"), result.get("rows_quarantined") or 0
+    if result.get("committed", True):
+        return f"  rows: {good} written, {bad} quarantined"
+    held = "an unknown number of" if good is None else str(good)
+    return f"  rows: nothing written; the partition holds {held} row(s), its quarantine {bad}"
 
 
 def describe_ids(handle: JobHandle) -> str:
