@@ -83,6 +83,15 @@ class TableNotFoundError(DltrainUserError):
     """The Delta table (or the requested version) does not exist."""
 
 
+class HistoryGoneError(TableNotFoundError):
+    """A pinned version, or the facts of a partition's last write, can no longer be read as they were.
+
+    Log retention or a VACUUM removed what they need, and no readable version is proven to give the
+    same answer (rows, schema, recorded facts). The message names the version, what is gone, what
+    differs and what to do; nothing is recomputed into a different answer.
+    """
+
+
 class UnsafeModelError(DltrainUserError):
     """A model would run code while loading (pickle format, bundled code) and was not allowed to."""
 

@@ -91,21 +91,17 @@ def _training_partitions(
     A restated partition shows up here with the restatement's version and run, so lineage says
     what changed since an earlier run.
     """
-    from airflow_provider_dltrain.lake.history import partition_commits
+    from airflow_provider_dltrain.lake.filters import partition_may_select
+    from airflow_provider_dltrain.lake.history import partition_commits, partition_types
 
     keys = ("dag_id", "run_id", "task_id", "try_number", "logical_date")
+    # only partition columns decide, each compared in its type (the one predicate every reader uses)
+    types = partition_types(uri, storage_options) if data_filter else None
     return [
         {**c, "committed_by": {k: c[k] for k in keys if c.get(k) is not None}}
         for c in partition_commits(uri, version, storage_options=storage_options)
-        if _selected(c.get("partition") or {}, data_filter)
+        if partition_may_select(c.get("partition") or {}, data_filter, types)
     ]
-
-
-def _selected(partition: dict[str, Any], data_filter: Any) -> bool:
-    """Whether a partition can hold rows of the (DNF) training filter; only partition columns decide."""
-    from airflow_provider_dltrain.lake.history_recovery import may_select
-
-    return may_select(partition, data_filter)
 
 
 def lineage(

@@ -11,7 +11,10 @@ Values are cast to the column's type (a rendered ``"5"`` compares as an integer 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, timezone
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -129,3 +132,151 @@ def partition_expression(partition: tuple[tuple[str, str | None], ...], schema: 
         else:
             expr = expr & (ref == _cast(value, schema.field(column).type, column))
     return expr
+
+
+# -- partition values against a filter, without reading rows --------------------------------------
+# Which partitions a filter can select, decided from the partition values a commit or snapshot records
+# (``partitionValues``: text) and the partition columns' Delta types. Recovery of a cleaned log,
+# lineage and the index fingerprints ask it. A value is compared in its column's type ("2" < "10" on
+# an ``integer`` column); whatever cannot be decided exactly (a type or operator not handled here, a
+# null, a filter value that does not convert) is "may select", never a wrong "no".
+
+_INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
+_INTEGER_TEXT = re.compile(r"[+-]?\d+")
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "=": lambda a, b: a == b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+class _Undecided(Exception):
+    """A value that cannot be compared exactly in its column's type."""
+
+
+def parse_partition_value(text: str, delta_type: str) -> Any:
+    """A ``partitionValues`` text as the Python value of its Delta type (as delta-rs reads it back).
+
+    ``integer``/``long``/``short``/``byte`` → int, ``date`` → date, ``timestamp`` → an aware datetime
+    (text without an offset is UTC, as delta-rs writes it), ``timestamp_ntz`` → a naive datetime,
+    ``decimal(p,s)`` → Decimal, ``boolean`` → bool, ``string`` → the text itself.
+
+    :raises ValueError: the type is not one of these, or the text is not a value of it.
+    """
+    if delta_type == "string":
+        return text
+    if delta_type in _INTEGER_TYPES:
+        if not _INTEGER_TEXT.fullmatch(text.strip()):
+            raise ValueError(f"{text!r} is not an {delta_type}")
+        return int(text)
+    if delta_type == "date":
+        return date.fromisoformat(text)
+    if delta_type in ("timestamp", "timestamp_ntz"):
+        return _timestamp(datetime.fromisoformat(text), delta_type)
+    if delta_type.startswith("decimal("):
+        try:
+            return Decimal(text)
+        except ArithmeticError as err:
+            raise ValueError(f"{text!r} is not a {delta_type}") from err
+    if delta_type == "boolean" and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise ValueError(f"partition values of type {delta_type!r} are not compared here")
+
+
+def _timestamp(value: datetime, delta_type: str) -> datetime:
+    if delta_type == "timestamp_ntz":
+        if value.tzinfo is not None:
+            raise ValueError(f"{value} has a time zone; a timestamp_ntz has none")
+        return value
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _operand(value: Any, delta_type: str) -> Any:
+    """A filter value as its column's type, as the reader casts it (``"5"`` on an int column is 5)."""
+    try:
+        if isinstance(value, str):
+            return parse_partition_value(value, delta_type)
+        if delta_type == "string":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _Undecided
+            return str(value)
+        if delta_type in _INTEGER_TYPES and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if delta_type in _INTEGER_TYPES and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if delta_type == "date" and isinstance(value, date) and not isinstance(value, datetime):
+            return value
+        if delta_type in ("timestamp", "timestamp_ntz") and isinstance(value, datetime):
+            return _timestamp(value, delta_type)
+        if (
+            delta_type.startswith("decimal(")
+            and isinstance(value, (Decimal, int))
+            and not isinstance(value, bool)
+        ):
+            return Decimal(value)
+        if delta_type == "boolean" and isinstance(value, bool):
+            return value
+    except ValueError as err:
+        raise _Undecided from err
+    raise _Undecided
+
+
+def compare_partition_value(text: str | None, delta_type: str | None, op: str, value: Any) -> bool | None:
+    """Whether a partition value (its log text) satisfies ``op value``, compared in ``delta_type``;
+    None when that cannot be decided exactly (a null, an unknown type or operator, a value that does
+    not convert to the type)."""
+    if text is None or delta_type is None:
+        return None
+    try:
+        own = parse_partition_value(text, delta_type)
+        if op in ("in", "not in"):
+            if not isinstance(value, (list, tuple, set, frozenset)):
+                return None
+            found = any(own == _operand(v, delta_type) for v in value)
+            return found if op == "in" else not found
+        if op not in _ORDER:
+            return None
+        return _ORDER[op](own, _operand(value, delta_type))
+    except (_Undecided, ValueError, TypeError):
+        return None
+
+
+def partition_may_select(
+    values: Mapping[str, str | None], data_filter: Any, types: Mapping[str, str] | None
+) -> bool:
+    """Whether a partition with these ``partitionValues`` can hold rows ``data_filter`` selects.
+
+    ``data_filter`` is a DNF (JSON lists or delta-rs tuples, flat or nested); ``types`` maps each
+    partition column to its Delta type (from the table's schema). False only when every conjunction
+    has a predicate on a partition column that is proven false in the column's type; a predicate on
+    another column, or one :func:`compare_partition_value` cannot decide, may select.
+    """
+    try:
+        dnf = normalize_filter(data_filter)
+    except InvalidSpecError:
+        return True  # not a filter this module reads: the reader refuses it, naming the part
+    if not dnf:
+        return True
+    known = types or {}
+    for conj in dnf:
+        if all(
+            column not in values
+            or compare_partition_value(values[column], known.get(column), op, value) is not False
+            for column, op, value in conj
+        ):
+            return True
+    return False
+
+
+def partition_types(schema_json: str | None, partition_columns: Sequence[str]) -> dict[str, str] | None:
+    """``{partition column: Delta type}`` from a Delta schema string (``metaData.schemaString``, or
+    ``DeltaTable.schema().to_json()``); None when it cannot be read or lacks a partition column."""
+    try:
+        fields = {f["name"]: f["type"] for f in json.loads(schema_json or "{}")["fields"]}
+        return {c: str(fields[c]) for c in partition_columns}
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake import history_index
 from airflow_provider_dltrain.lake import partition as part
+from airflow_provider_dltrain.lake.filters import compare_partition_value
 from airflow_provider_dltrain.lake.history_index import HistoryIndex, Write, key_of
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
@@ -143,9 +144,26 @@ def _pin(index: HistoryIndex, write: Write | None, what: str, at_version: int | 
     return write.ref(index.uri)
 
 
-def _at_or_before(bound: Mapping[str, str]) -> Callable[[PartitionValues], bool]:
-    # string order: ISO dates and zero-padded values compare as their meaning does
-    return lambda values: all(values.get(c) is not None and str(values[c]) <= v for c, v in bound.items())
+def _at_or_before(
+    bound: Mapping[str, str], types: Mapping[str, str] | None
+) -> Callable[[PartitionValues], bool]:
+    """Whether a partition is ``<=`` the bound in every column, compared in the column's type (an int
+    ``h=9`` is before ``h=10``); a null value is not; a value that cannot be compared exactly counts as
+    before (the pin can only move later, to a version with the same rows up to the bound)."""
+
+    def before(values: PartitionValues) -> bool:
+        return all(
+            values.get(c) is not None
+            and compare_partition_value(values[c], (types or {}).get(c), "<=", v) is not False
+            for c, v in bound.items()
+        )
+
+    return before
+
+
+def partition_types(uri: str, storage_options: StorageOptions | None = None) -> dict[str, str] | None:
+    """``{partition column: Delta type}`` of the table's newest schema, from its history index."""
+    return _index(uri, None, storage_options).partition_types
 
 
 def partition_commit(
@@ -188,14 +206,14 @@ def cutoff_commit(
 ) -> DeltaRef:
     """The newest version (at or before ``at_version``) that changed any partition ``<= upper``.
 
-    For each column of ``upper`` a partition's value must be ``<=`` the given one (string order, right
-    for ISO dates). Reading that version gives every partition up to the cutoff as it is now:
+    For each column of ``upper`` a partition's value must be ``<=`` the given one, compared in the
+    column's type (string order for strings, right for ISO dates; numbers, dates and timestamps by value). Reading that version gives every partition up to the cutoff as it is now:
     partitions appended later never move it, a restatement of an earlier partition does. This is
     the version a training run on ``ds <= D`` pins, so that it sees restated history.
     """
     bound = part.validate_partition(upper, field="upper", bounds=True)
     index = _index(uri, at_version, storage_options)
-    write = index.newest_touching(_at_or_before(bound), at_version)
+    write = index.newest_touching(_at_or_before(bound, index.partition_types), at_version)
     return _pin(index, write, f"any partition <= {bound}", at_version)
 
 
@@ -238,7 +256,9 @@ def partition_commits(
     newest = _upto(index, at_version)
     live = _live_partitions(index.uri, newest, storage_options)
     if upper is not None:
-        keep = _at_or_before(part.validate_partition(upper, field="upper", bounds=True))
+        keep = _at_or_before(
+            part.validate_partition(upper, field="upper", bounds=True), index.partition_types
+        )
         live = [values for values in live if keep(values)]
     out = []
     for values in sorted(live, key=lambda v: _sort_key(key_of(v))):

@@ -390,11 +390,9 @@ def _record_of(version: int, actions: Iterable[Mapping[str, Any]]) -> dict[str, 
 
 def _partition_types(meta: Mapping[str, Any]) -> dict[str, str] | None:
     """``{partition column: Delta type}`` from a ``metaData`` action (None when unreadable)."""
-    try:
-        fields = {f["name"]: f["type"] for f in json.loads(meta.get("schemaString") or "{}")["fields"]}
-        return {c: str(fields[c]) for c in meta.get("partitionColumns") or []}
-    except (ValueError, KeyError, TypeError):
-        return None
+    from airflow_provider_dltrain.lake.filters import partition_types
+
+    return partition_types(meta.get("schemaString"), meta.get("partitionColumns") or [])
 
 
 def _load_head(log: DeltaLog, stats: Stats) -> HistoryIndex | None:
@@ -434,6 +432,10 @@ def _infer_snapshot(
 
     table = open_table(log.uri, version, storage_options)
     index.configuration = dict(table.metadata().configuration or {})
+    # the snapshot's schema types its partition values (filters compare them in that type)
+    index.partition_types = _partition_types(
+        {"schemaString": table.schema().to_json(), "partitionColumns": table.metadata().partition_columns}
+    )
     live = {key_of(dict(p)): dict(p) for p in table.partitions()}
     timestamp = log.commit_info(version).get("timestamp")
     for key in set(live) | set(index.writes):

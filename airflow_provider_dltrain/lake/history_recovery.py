@@ -14,12 +14,14 @@ recomputed into a different answer.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.exceptions import HistoryGoneError, TableNotFoundError
 from airflow_provider_dltrain.lake import history_index
+from airflow_provider_dltrain.lake.filters import partition_may_select, partition_types
 from airflow_provider_dltrain.lake.history_index import HistoryIndex, Key
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef
@@ -27,62 +29,23 @@ from airflow_provider_dltrain.lake.storage import StorageOptions
 
 logger = logging.getLogger(__name__)
 
-_COMPARE = {
-    "=": lambda a, b: a == b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "in": lambda a, b: a in b,
-    "not in": lambda a, b: a not in b,
-}
-
-
-def _text(value: Any) -> Any:
-    if isinstance(value, (list, tuple, set)):
-        return [str(v) for v in value]
-    return str(value)
-
-
-def may_select(values: Mapping[str, Any], filters: Any) -> bool:
-    """Whether a partition (its values) can hold rows the DNF ``filters`` select.
-
-    Only partition columns decide, compared as text (right for ISO dates and the provider's
-    partition values); a predicate on another column, or one that cannot be evaluated, may select.
-    """
-    if not filters:
-        return True
-    conjunctions: Sequence[Any] = filters
-    if (
-        conjunctions
-        and isinstance(conjunctions[0], (list, tuple))
-        and len(conjunctions[0]) == 3
-        and isinstance(conjunctions[0][0], str)
-    ):
-        conjunctions = [conjunctions]  # one conjunction given flat
-    for conj in conjunctions:
-        ok = True
-        for column, op, value in conj:
-            if column not in values or values[column] is None or op not in _COMPARE:
-                continue
-            try:
-                if not _COMPARE[op](str(values[column]), _text(value)):
-                    ok = False
-                    break
-            except TypeError:
-                continue
-        if ok:
-            return True
-    return False
-
 
 def _changed(
-    index: HistoryIndex, after: int, upto: int, filters: Any, *, rearranged: bool = False
+    index: HistoryIndex,
+    after: int,
+    upto: int,
+    filters: Any,
+    types: Mapping[str, str] | None,
+    *,
+    rearranged: bool = False,
 ) -> list[Key]:
     touched = index.touched_between(after, upto, rearranged=rearranged)
-    return sorted(key for key in touched if may_select(dict(key), filters))
+    return sorted(key for key in touched if partition_may_select(dict(key), filters, types))
+
+
+def table_partition_types(table: Any) -> dict[str, str] | None:
+    """``{partition column: Delta type}`` of an open ``DeltaTable``'s version (None when unreadable)."""
+    return partition_types(table.schema().to_json(), table.metadata().partition_columns)
 
 
 def _oldest_readable(log: DeltaLog, version: int, newest: int) -> int | None:
@@ -111,8 +74,9 @@ def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters
     """A ``DeltaTable`` that gives exactly the rows ``ref``'s version gives a reader selecting ``filters``.
 
     ``ref``'s own version when it can be read; else the oldest later version with the same selected
-    rows (log retention removed its commit files, or a VACUUM removed files a compaction rewrote);
-    else :class:`TableNotFoundError` saying what is gone and what to do.
+    rows and the same schema and partitioning (log retention removed its commit files, or a VACUUM
+    removed files a compaction rewrote); else :class:`HistoryGoneError` (a
+    :class:`TableNotFoundError`) saying what is gone, what differs and what to do.
     """
     from airflow_provider_dltrain.lake.table import open_table
 
@@ -129,34 +93,24 @@ def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters
         raise TableNotFoundError(f"no Delta table at {ref.uri}")
     version = ref.version
     if table is None:
-        readable = _oldest_readable(index._require_log(), ref.version, index.indexed)
-        if readable is None:
-            raise TableNotFoundError(f"{ref.uri} has no readable version at or after {ref.version}")
-        _refuse_if_changed(
-            ref,
-            index,
-            readable,
-            filters,
-            "its commit files were removed by the table's log "
-            f"retention (delta.logRetentionDuration; the oldest readable version is {readable})",
-        )
-        version, table = readable, open_table(ref.uri, readable, storage_options)
-    missing = _missing_files(ref.uri, version, table, index, storage_options, filters)
+        version, table = _from_oldest_readable(ref, index, filters, storage_options)
+    types = table_partition_types(table)
+    missing = _missing_files(ref.uri, version, table, index, storage_options, filters, types)
     if missing:
         # only a compaction since? then the newest version holds the same rows in files that exist
-        _refuse_if_changed(
-            ref,
-            index,
-            index.indexed,
-            filters,
-            f"{len(missing)} of its data file(s) were deleted "
-            f"by a VACUUM (delta.deletedFileRetentionDuration), e.g. {missing[:3]}",
+        why = (
+            f"{len(missing)} of its data file(s) were deleted by a VACUUM "
+            f"(delta.deletedFileRetentionDuration), e.g. {missing[:3]}"
         )
-        version, table = index.indexed, open_table(ref.uri, index.indexed, storage_options)
+        _refuse_if_changed(ref, index, index.indexed, filters, types, why)
+        newest_table = open_table(ref.uri, index.indexed, storage_options)
+        require_same_columns(ref, schema_fields(table), version, schema_fields(newest_table), index.indexed)
+        version, table = index.indexed, newest_table
     if version != ref.version:
         logger.warning(
             "version %d of %s cannot be read as it was (its log or files were removed by retention); reading "
-            "its rows from version %d: no commit in between changed the partitions read, so the rows are the same",
+            "its rows from version %d: no commit in between changed the partitions read or the table's "
+            "schema, so the rows are the same",
             ref.version,
             ref.uri,
             version,
@@ -164,15 +118,47 @@ def open_for_rows(ref: DeltaRef, storage_options: StorageOptions | None, filters
     return table
 
 
-def _refuse_if_changed(ref: DeltaRef, index: HistoryIndex, upto: int, filters: Any, why: str) -> None:
-    changed = _changed(index, ref.version, upto, filters)
+def _from_oldest_readable(
+    ref: DeltaRef, index: HistoryIndex, filters: Any, storage_options: StorageOptions | None
+) -> tuple[int, Any]:
+    """The oldest readable version and its table, when it holds ``ref``'s selected rows and columns."""
+    from airflow_provider_dltrain.lake.table import open_table
+
+    readable = _oldest_readable(index._require_log(), ref.version, index.indexed)
+    if readable is None:
+        raise TableNotFoundError(f"{ref.uri} has no readable version at or after {ref.version}")
+    table = open_table(ref.uri, readable, storage_options)  # first: its schema types the partition values
+    why = (
+        "its commit files were removed by the table's log retention "
+        f"(delta.logRetentionDuration; the oldest readable version is {readable})"
+    )
+    _refuse_if_changed(ref, index, readable, filters, table_partition_types(table), why)
+    shape_changes = schema_changes_between(index, ref.version, readable)
+    if shape_changes is None or shape_changes:
+        raise HistoryGoneError(
+            f"version {ref.version} of {ref.uri} cannot be read any more: {why}, and "
+            f"{_shape_changes_text(shape_changes, ref.version, readable)}, so version {readable}'s columns "
+            f"({_columns_text(schema_fields(table))}) are not proven to be version {ref.version}'s. {_what_to_do(ref.uri)}"
+        )
+    return readable, table
+
+
+def _what_to_do(uri: str) -> str:
+    return (
+        "Re-run the date without the old pin to compute it on today's data (the backfill report says what "
+        "changed), or restore the log and files from a backup; keep them for the backfill horizon with "
+        f"`dltrain history retain {uri}`."
+    )
+
+
+def _refuse_if_changed(
+    ref: DeltaRef, index: HistoryIndex, upto: int, filters: Any, types: Mapping[str, str] | None, why: str
+) -> None:
+    changed = _changed(index, ref.version, upto, filters, types)
     if changed:
-        raise TableNotFoundError(
+        raise HistoryGoneError(
             f"version {ref.version} of {ref.uri} cannot be read any more: {why}, and partitions it selects "
-            f"changed since ({_names(changed)}), so no readable version holds the same rows. Re-run the date "
-            "without the old pin to compute it on today's data (the backfill report says what changed), or "
-            "restore the log and files from a backup; keep them for the backfill horizon with `dltrain history "
-            f"retain {ref.uri}`."
+            f"changed since ({_names(changed)}), so no readable version holds the same rows. {_what_to_do(ref.uri)}"
         )
 
 
@@ -188,6 +174,7 @@ def _missing_files(
     index: HistoryIndex,
     storage_options: StorageOptions | None,
     filters: Any,
+    types: Mapping[str, str] | None,
 ) -> list[str]:
     """Data files of ``version`` in selected partitions that a VACUUM removed.
 
@@ -196,7 +183,7 @@ def _missing_files(
     """
     if index.indexed <= version:
         return []
-    changed = set(_changed(index, version, index.indexed, filters, rearranged=True))
+    changed = set(_changed(index, version, index.indexed, filters, types, rearranged=True))
     if not changed:
         return []
     from airflow_provider_dltrain.lake.storage import filesystem
@@ -221,3 +208,66 @@ def _partition_of(uri: str) -> dict[str, str]:
             column, value = part.split("=", 1)
             values[unquote(column)] = unquote(value)
     return values
+
+
+# -- the schema a version is read with --------------------------------------------------------------
+def schema_changes_between(index: HistoryIndex, version: int, upto: int) -> list[int] | None:
+    """Versions in ``(version, upto]`` that changed the table's schema or partitioning (a column
+    added, dropped or retyped; a property change is not one); ``None`` when the index cannot tell,
+    because commits after ``version`` were gone before it was built (``version`` below its floor)."""
+    if version < index.floor:
+        return None
+    return [v for v in index.metadata_versions if version < v <= upto]
+
+
+def schema_fields(table: Any) -> dict[str, str]:
+    """``{column: Delta type (JSON)}`` of an open ``DeltaTable``'s version, partition columns marked
+    ``partition:<column>`` so a change of partitioning is a difference too."""
+    fields = {
+        f["name"]: json.dumps(f["type"], sort_keys=True)
+        for f in json.loads(table.schema().to_json())["fields"]
+    }
+    fields.update({f"partition:{c}": "" for c in table.metadata().partition_columns})
+    return fields
+
+
+def column_differences(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """How the columns ``after`` differ from ``before`` (both from :func:`schema_fields`), one phrase
+    each, sorted: ``column 'c' added``, ``column 'x' dropped``, ``column 'x' retyped long -> string``."""
+    out = []
+    for name in sorted(set(before) | set(after)):
+        what = f"partition column {name[10:]!r}" if name.startswith("partition:") else f"column {name!r}"
+        if name not in before:
+            out.append(f"{what} added")
+        elif name not in after:
+            out.append(f"{what} dropped")
+        elif before[name] != after[name]:
+            out.append(f"{what} retyped {json.loads(before[name])} -> {json.loads(after[name])}")
+    return out
+
+
+def require_same_columns(
+    ref: DeltaRef, before: Mapping[str, str], version: int, after: Mapping[str, str], upto: int
+) -> None:
+    """Refuse to serve ``ref`` (read as ``version``) from ``upto`` when their columns differ."""
+    differences = column_differences(before, after)
+    if differences:
+        raise HistoryGoneError(
+            f"version {ref.version} of {ref.uri} cannot be read any more: data files it needs were deleted "
+            f"by a VACUUM, and the newest version {upto}, which holds the same rows in other files, has "
+            f"other columns than version {version} ({'; '.join(differences)}). {_what_to_do(ref.uri)}"
+        )
+
+
+def _shape_changes_text(changes: list[int] | None, version: int, readable: int) -> str:
+    if changes is None:
+        return (
+            f"the commits between them were gone before the table's history index recorded them, so "
+            f"whether its schema changed after version {version} is not known"
+        )
+    which = ", ".join(str(v) for v in changes)
+    return f"commit(s) {which} changed the table's schema or partitioning after version {version}"
+
+
+def _columns_text(fields: Mapping[str, str]) -> str:
+    return ", ".join(f"{name}: {json.loads(kind)}" if kind else name for name, kind in sorted(fields.items()))

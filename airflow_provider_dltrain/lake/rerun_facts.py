@@ -151,7 +151,7 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
     """The fingerprint from the history index, or None when a selected partition's rows have no
     recorded digest, a filter names a non-partition column, or partition columns are not strings."""
     from airflow_provider_dltrain.lake import history_index
-    from airflow_provider_dltrain.lake.history_recovery import may_select
+    from airflow_provider_dltrain.lake.filters import partition_may_select
 
     index = history_index.load(ref.uri, storage_options, newest=ref.version)
     types = index.partition_types if index is not None else None
@@ -165,7 +165,7 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
         values = dict(key)
         if set(values) != set(types) or any(v is None for v in values.values()):
             return None
-        if not may_select(values, conjunctions):
+        if not partition_may_select(values, conjunctions, types):
             continue
         write = index.last_write(key, ref.version)
         if write is None or (write.digest is None and write.content_known):

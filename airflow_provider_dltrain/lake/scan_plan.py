@@ -273,7 +273,7 @@ def index_fingerprint(
     same ``(partition path, digest)`` lines.
     """
     from airflow_provider_dltrain.lake import history_index
-    from airflow_provider_dltrain.lake.history_recovery import may_select
+    from airflow_provider_dltrain.lake.filters import partition_may_select
 
     ref = DeltaRef.coerce(ref)
     if ref.version is None:
@@ -291,7 +291,7 @@ def index_fingerprint(
         values = dict(key)
         if set(values) != set(columns) or any(v is None for v in values.values()):
             return None
-        if dnf and not may_select(values, dnf):
+        if dnf and not partition_may_select(values, dnf, types):
             continue
         write = index.last_write(key, ref.version)
         if write is None:
