@@ -248,8 +248,7 @@ class TrainTrialOperator(TrainModelOperator):
         trial = _trial(self.trial) if self.trial else None
         if not trial or not trial.get("optuna"):
             return super().execute(context)
-        from airflow.exceptions import AirflowSkipException
-
+        from airflow_provider_dltrain.airflow_compat import AirflowSkipException
         from airflow_provider_dltrain.experiments import optuna_study
 
         with fail_fast_on_user_error():

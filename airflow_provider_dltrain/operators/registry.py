@@ -147,7 +147,7 @@ class RegisterModelOperator(LineageResultMixin, BaseOperator):
         from airflow_provider_dltrain.registry import GateSpec, register_and_promote
 
         if self.train_result is None:
-            from airflow.sdk.exceptions import AirflowSkipException
+            from airflow_provider_dltrain.airflow_compat import AirflowSkipException
 
             raise AirflowSkipException(
                 "nothing to register: train_result is None (the training task skipped)"

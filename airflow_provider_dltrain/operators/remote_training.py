@@ -54,7 +54,7 @@ class RemoteTraining(EngineRun):
 
         The job's MLflow run lives in ``request.tracking`` (the ``mlflow_conn_id`` connection's store).
         """
-        from airflow.sdk.exceptions import TaskDeferred
+        from airflow_provider_dltrain.airflow_compat import TaskDeferred
 
         self.engine, self.engine_options = str(self.backend), dict(self.backend_options)
         engine = self._engine()

@@ -157,7 +157,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         return storage_options_for(self.aws_conn_id, uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow_provider_dltrain.airflow_compat import AirflowSkipException
 
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lake.ref import DeltaRef

@@ -11,7 +11,7 @@ from airflow_provider_dltrain.exceptions import DltrainUserError
 @contextlib.contextmanager
 def fail_fast_on_user_error() -> Iterator[None]:
     """Re-raise :class:`DltrainUserError` as ``AirflowFailException``: retrying cannot fix bad input."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow_provider_dltrain.airflow_compat import AirflowFailException
 
     try:
         yield

@@ -8,9 +8,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from airflow_provider_dltrain.airflow_compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    default_deferrable,
+)
 from airflow_provider_dltrain.hooks.delta import DeltaTableHook, VersionCheck, VersionConditions
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
@@ -88,7 +92,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         partition: Mapping[str, str] | None = None,
         newer_than: DeltaRef | Mapping[str, Any] | str | None = None,
         aws_conn_id: str | None = "aws_default",
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool = default_deferrable(),
         poll_interval: float = 60.0,
         pin: str = "newest",
         **kwargs: Any,
