@@ -20,7 +20,7 @@ from airflow_provider_dltrain.utils.ports import free_port
 
 # The fake AWS fixtures users get from the package's pytest11 entry point (fake_aws, fake_aws_server),
 # loaded here by name too: the entry point has that name, so an installed entry point is not loaded twice.
-pytest_plugins = ["airflow_provider_dltrain.testing.pytest_plugin"]
+pytest_plugins = ["airflow_provider_dltrain.testing.pytest_plugin", "tests.support.suite_timing"]
 
 REPO = Path(__file__).resolve().parents[1]
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="dltrain-tests-"))
@@ -217,15 +217,25 @@ def _test_keeps_mlflow_env():
 
 
 def pytest_collection_modifyitems(config, items):
-    """``slow`` tests first, so that ``make test``'s workers (``-n 2 --dist loadfile``) start the long
+    """The longest files first, so that ``make test``'s workers (``-n 2 --dist loadfile``) start the long
     files at once and the short ones fill in at the end; the container tier after them (its images are
-    built in the background meanwhile), one file per worker; ``tests/cluster`` stays last (its own
-    hook, run before this one: the sort is stable)."""
+    built in the background meanwhile); ``tests/cluster`` stays last (its own hook, run before this
+    one: the sort is stable)."""
+    from tests.support.suite_timing import check_heavy_reasons, file_of, known_durations
+
+    check_heavy_reasons(items)
     cluster = REPO / "tests" / "cluster"
+    # the longest files first (seconds recorded in tests/durations.json; a new file counts as 30 s when
+    # slow, 1 s otherwise), so that neither worker is left with a long file at the end
+    seconds = known_durations()
+
+    def expected(item: pytest.Item) -> float:
+        return seconds.get(file_of(item.nodeid), 30.0 if "slow" in item.keywords else 1.0)
+
     items.sort(
         key=lambda item: (
             cluster in Path(str(item.path)).parents,
             "containers" in item.keywords,
-            "slow" not in item.keywords,
+            -expected(item),
         )
     )

@@ -1,0 +1,142 @@
+"""Where the suite's time goes, and a guard that keeps it short.
+
+At the end of a run this plugin prints the suite's wall time, the ten slowest files (setup, call and
+teardown of all their tests, module fixtures included) and, under pytest-xdist, how long each worker
+was busy and how long it idled at the end waiting for the other. It writes every file's time to
+``$DLTRAIN_HOME/test-durations.json``; ``make test-durations`` copies that into
+``tests/durations.json``, which orders the next run: with ``--dist loadfile`` a worker takes the next
+file in collection order, so the longest files go first and the short ones fill in behind them
+(longest processing time first), and neither worker is left with a long file at the end.
+
+A file slower than ``DLTRAIN_SLOW_FILE_S`` seconds (60) fails the run unless its module says why it
+is an accepted heavy tier: ``pytestmark = [pytest.mark.heavy("a whole nightly through Airflow")]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
+_LIMIT_ENV = "DLTRAIN_SLOW_FILE_S"
+
+
+# A fixed piece of pure-Python work and its time on a quiet machine of the project's kind: a loaded or
+# slower machine stretches the limit by the same factor, so the guard flags slow files, not slow hosts.
+_REFERENCE_S = 0.12
+
+
+def _reference_work() -> float:
+    began = time.perf_counter()
+    total = 0
+    for i in range(2_000_000):
+        total += i % 7
+    return time.perf_counter() - began
+
+
+def _limit() -> float:
+    return float(os.environ.get(_LIMIT_ENV, "60")) * max(1.0, _SLOWDOWN)
+
+
+_SLOWDOWN = 1.0
+
+
+def known_durations() -> dict[str, float]:
+    """Seconds per test file (path relative to the repository) from the last recorded run."""
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+class SuiteTiming:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.per_file: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.heavy: set[str] = set()
+        self.busy: dict[str, float] = defaultdict(float)
+        self.last_seen: dict[str, float] = {}
+        self.too_slow: list[tuple[str, float]] = []
+        self.reference = _reference_work()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = file_of(report.nodeid)
+        self.per_file[name] += report.duration
+        if report.when == "call":
+            self.tests[name] += 1
+        if "heavy" in report.keywords:
+            self.heavy.add(name)
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+        self.busy[worker] += report.duration
+        self.last_seen[worker] = time.monotonic()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        global _SLOWDOWN
+        if hasattr(session.config, "workerinput"):
+            return  # a worker: the controller sums every worker's reports
+        _SLOWDOWN = min(self.reference, _reference_work()) / _REFERENCE_S
+        limit = _limit()
+        self.too_slow = sorted(
+            ((f, s) for f, s in self.per_file.items() if s > limit and f not in self.heavy),
+            key=lambda fs: -fs[1],
+        )
+        if self.too_slow and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        home = os.environ.get("DLTRAIN_HOME")
+        if home and self.per_file:
+            out = Path(home) / "test-durations.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({f: round(s, 1) for f, s in sorted(self.per_file.items())}, indent=1))
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if hasattr(config, "workerinput") or not self.per_file:
+            return
+        end = time.monotonic()
+        write = terminalreporter.write_line
+        terminalreporter.section("suite timing")
+        write(
+            f"wall time {end - self.start:.0f} s; test time {sum(self.per_file.values()):.0f} s; "
+            f"slow-file limit {_limit():.0f} s (reference work x{_SLOWDOWN:.2f})"
+        )
+        for name, secs in sorted(self.per_file.items(), key=lambda fs: -fs[1])[:10]:
+            write(
+                f"  {secs:7.1f} s  {self.tests[name]:4d} tests  {name}{'  (heavy)' if name in self.heavy else ''}"
+            )
+        if len(self.busy) > 1:
+            for worker in sorted(self.busy):
+                idle = end - self.last_seen[worker]
+                write(f"  {worker}: busy {self.busy[worker]:.0f} s, idle at the end {idle:.0f} s")
+        for name, secs in self.too_slow:
+            write(
+                f"SLOW FILE {name}: {secs:.0f} s > {_limit():.0f} s ({_LIMIT_ENV}). Make it faster (share the "
+                "expensive setup, test the decision without Airflow or Spark) or mark the module "
+                'pytest.mark.heavy("<why it must be this heavy>").',
+                red=True,
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "heavy(reason): an accepted heavy test file (over the slow-file limit), with the reason"
+    )
+    config.pluginmanager.register(SuiteTiming(), "dltrain-suite-timing")
+
+
+def check_heavy_reasons(items: list[pytest.Item]) -> None:
+    """A ``heavy`` mark must say why: refuse one without a reason before anything runs."""
+    for item in items:
+        mark = item.get_closest_marker("heavy")
+        if mark is not None and not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
+            raise pytest.UsageError(f'{item.nodeid}: pytest.mark.heavy needs its reason, e.g. heavy("why")')
