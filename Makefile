@@ -13,6 +13,10 @@ export DLTRAIN_HOME ?= $(CURDIR)/.dltrain
 DEMO_START ?= 2026-11-24
 DEMO_DAYS ?= 3
 PYTEST_ARGS ?=
+# make coverage: the same runs under coverage.py ([tool.coverage] in pyproject.toml: the package's lines
+# and branches, subprocesses included: xdist workers, Airflow tasks, Spark's Python workers, fake-AWS jobs)
+COVERAGE ?=
+PYTEST = $(if $(COVERAGE),$(1) -m coverage run -m pytest,$(1) -m pytest)
 # Every test but the Spark standalone cluster's runs on two pytest workers, whole files each (module
 # fixtures are built once), in collection order: the slow files (whole DAG runs, services) first,
 # the quick ones filling in behind them. Most tests wait on processes they start (JVMs, moto, jobs,
@@ -44,7 +48,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
+.PHONY: install demo test coverage test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -79,12 +83,12 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
 	@mkdir -p $(DLTRAIN_HOME); \
 	( $(PYTHON) docker/images.py build $(TEST_IMAGES) > $(IMAGES_LOG) 2>&1 || echo "image build failed: see $(IMAGES_LOG)" >&2 ) & images=$$!; \
-	$(PY) -m pytest $(XDIST) -m "not cluster and not stack" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
+	$(call PYTEST,$(PY)) $(XDIST) -m "not cluster and not stack" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
 	wait $$images; [ $$main = 0 ] || { $(STOP_DOCKERD); exit $$main; }
 	@mkdir -p $(DLTRAIN_HOME); \
-	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(SPARK35_PY) -m pytest --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
+	$(if $(strip $(SPARK35_TESTS)),( DLTRAIN_HOME=$(DLTRAIN_HOME)/spark35-home $(call PYTEST,$(SPARK35_PY)) --basetemp=$(DLTRAIN_HOME)/pytest-spark35 $(SPARK35_TESTS) > $(SPARK35_LOG) 2>&1 ) & spark35=$$!;,spark35=;) \
 	echo "$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS)$${spark35:+ (and the Spark 3.5 run beside it, output below)}"; \
-	$(PY) -m pytest -p no:xdist -m cluster $(PYTEST_ARGS); cluster=$$?; [ $$cluster = 5 ] && cluster=0; \
+	$(call PYTEST,$(PY)) -p no:xdist -m cluster $(PYTEST_ARGS); cluster=$$?; [ $$cluster = 5 ] && cluster=0; \
 	s35=0; if [ -n "$$spark35" ]; then wait $$spark35; s35=$$?; echo "--- $(SPARK35_PY) -m pytest $(SPARK35_TESTS)"; cat $(SPARK35_LOG); fi; \
 	$(STOP_DOCKERD); exit $$(( cluster || s35 ))
 
@@ -198,6 +202,14 @@ docs: install
 # Regenerate the exact versions every install uses (run after changing dependencies).
 constraints: install
 	$(PIP) freeze --exclude-editable | grep -v -E '^(torch==|airflow-provider-dltrain)' > $(CONSTRAINTS)
+
+# The suite under coverage.py, then one report of the package's line and branch coverage
+# (.dltrain/coverage/): slower than make test; the figure goes in benchmarks/RESULTS.md.
+coverage:
+	rm -rf $(DLTRAIN_HOME)/coverage; mkdir -p $(DLTRAIN_HOME)/coverage
+	-COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(MAKE) test COVERAGE=1
+	COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(PY) -m coverage combine -q
+	COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(PY) -m coverage report --precision=1 | tail -1
 
 clean:
 	rm -rf $(DLTRAIN_HOME) .pytest_cache .mypy_cache .ruff_cache build *.egg-info spark-warehouse metastore_db derby.log
