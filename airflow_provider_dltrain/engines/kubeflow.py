@@ -13,8 +13,9 @@ rank 0's report beside the spec). Two places run the same TrainJob:
 * ``runtime_backend="container"``: the SDK's Docker backend on this machine (a network per job, a
   container per node), with a local image (``IfNotPresent``) and the SDK's default runtimes (no
   download); ``container_mounts`` are bind-mounted at the same path (a lake, a staging area or an
-  MLflow store on local disk). The image must have no ENTRYPOINT: Docker gets the node's command as
-  arguments of one (Kubernetes replaces it).
+  MLflow store on local disk) and ``secret_env_file`` read-only where the node function reads it (the
+  store's keys, as a Secret volume on a cluster: :mod:`~.kubeflow_docker`). The image must have no
+  ENTRYPOINT: Docker gets the node's command as arguments of one (Kubernetes replaces it).
 
 The TrainJob's name comes from the DAG, run, task and map index (``dltrain-<task>-<key>``), the same
 for every try: a retry, a deferred task's trigger and ``run_training`` with the same ``run_key``
@@ -43,6 +44,14 @@ from airflow_provider_dltrain.engines.base import (
     JobHandle,
     JobStatus,
     StagedRun,
+)
+from airflow_provider_dltrain.engines.kubeflow_docker import (
+    SECRET_PATH,
+    NodeMounts,
+    check_environment,
+    check_secret_file,
+    node_error_lines,
+    remove_remains,
 )
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.train_spec import job_tracking_env
@@ -75,6 +84,7 @@ class KubeflowOptions:
     config_file: str | None = None
     context: str | None = None
     container_mounts: Sequence[str] = ()
+    secret_env_file: str | None = None
     dashboard_url: str | None = None
     region: str | None = None
 
@@ -90,7 +100,8 @@ class KubeflowEngine(TrainingEngine):
     :param runtime: the (Cluster)TrainingRuntime the TrainJob references (a torch runtime: torchrun).
     :param runtime_backend: ``"kubernetes"`` (a cluster) or ``"container"`` (Docker on this machine).
     :param resources_per_node: e.g. ``{"cpu": 4, "memory": "16Gi", "gpu": 1}`` (the SDK's keys).
-    :param environment: more (non-secret) environment variables for every node.
+    :param environment: more (non-secret) environment variables for every node; a secret's name
+        (``AWS_SECRET_ACCESS_KEY``, ``MLFLOW_TRACKING_PASSWORD``, ...) is refused.
     :param namespace: the TrainJob's namespace (default: the kube-config context's).
     :param service_account: the nodes' service account (the one that may read the lake).
     :param tracking_secret: a Kubernetes Secret whose ``MLFLOW_TRACKING_*`` keys the nodes get as
@@ -99,6 +110,9 @@ class KubeflowEngine(TrainingEngine):
     :param context: the kube-config context.
     :param container_mounts: host directories mounted at the same path in every node container
         (``runtime_backend="container"`` only).
+    :param secret_env_file: a file of ``NAME=value`` lines on this machine (mode 0600), mounted
+        read-only into every node and set in the rank's environment (``runtime_backend="container"``
+        only): e.g. the AWS keys and endpoint of a lake on S3, as ``dltrain fake-aws --env-file`` writes.
     :param dashboard_url: the task's job link, ``{namespace}`` and ``{name}`` filled in.
     """
 
@@ -121,6 +135,7 @@ class KubeflowEngine(TrainingEngine):
         config_file: str | None = None,
         context: str | None = None,
         container_mounts: Sequence[str] = (),
+        secret_env_file: str | None = None,
         dashboard_url: str | None = None,
         region: str | None = None,
     ) -> None:
@@ -134,8 +149,11 @@ class KubeflowEngine(TrainingEngine):
             raise InvalidSpecError(f"backend option num_nodes must be >= 1, got {num_nodes!r}")
         if not image:
             raise InvalidSpecError("backend option image is required: the training image every node runs")
-        if container_mounts and runtime_backend != "container":
-            raise InvalidSpecError("container_mounts is for runtime_backend='container' only")
+        if (container_mounts or secret_env_file) and runtime_backend != "container":
+            raise InvalidSpecError(
+                "container_mounts and secret_env_file are for runtime_backend='container' only (on a "
+                "cluster the nodes' service account reads the lake, and tracking_secret names a Secret)"
+            )
         staging = str(staging_uri or "")
         self.stager = Stager(staging, clients("s3") if staging.startswith(("s3://", "s3a://")) else None)
         self.image = image
@@ -144,6 +162,8 @@ class KubeflowEngine(TrainingEngine):
         self.runtime_backend = runtime_backend
         self.resources_per_node = dict(resources_per_node or {}) or None
         self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
+        check_environment(self.environment)
+        self.secret_file = check_secret_file(secret_env_file) if secret_env_file else None
         self.namespace = namespace
         self.service_account = service_account
         self.tracking_secret = tracking_secret
@@ -183,9 +203,9 @@ class KubeflowEngine(TrainingEngine):
                     runtime_source=TrainingRuntimeSource(sources=[]),
                 )
                 self._client = TrainerClient(backend_config=config)
-                if self.container_mounts:
+                if self.container_mounts or self.secret_file:
                     backend = self._client.backend
-                    backend._adapter = _MountingAdapter(backend._adapter, self.container_mounts)
+                    backend._adapter = NodeMounts(backend._adapter, self.container_mounts, self.secret_file)
             else:
                 from kubeflow.common.types import KubernetesBackendConfig
 
@@ -206,16 +226,15 @@ class KubeflowEngine(TrainingEngine):
 
         from airflow_provider_dltrain.engines.kubeflow_node import dltrain_train_job
 
+        args = {"script_uri": staged.script_uri, "spec_uri": staged.spec_uri, "code_uri": staged.code_uri}
+        if self.secret_file:  # a path: the values stay in the mounted file
+            args["secret_env_file"] = SECRET_PATH
         env = dict(self.environment)
         if self.runtime_backend == "container":
             env.update(job_tracking_env(self._credentials, None))
         return CustomTrainer(
             func=dltrain_train_job,
-            func_args={
-                "script_uri": staged.script_uri,
-                "spec_uri": staged.spec_uri,
-                "code_uri": staged.code_uri,
-            },
+            func_args=args,
             image=self.image,
             num_nodes=self.num_nodes,
             resources_per_node=self.resources_per_node,
@@ -249,8 +268,8 @@ class KubeflowEngine(TrainingEngine):
         self._remove_leftover(name)
         try:
             self.client.train(runtime=self.runtime, trainer=trainer, options=options)
-        except (RuntimeError, ValueError) as err:
-            raise JobFailedError(f"the Kubeflow SDK did not create TrainJob {name}: {err}") from err
+        except Exception as err:
+            raise self._not_created(name, err) from err
         handle = self._handle(name, self._uid(name), staged.result_uri)
         self.stager.put(self._pointer(identity), json.dumps(handle.to_dict(), sort_keys=True).encode())
         return handle
@@ -347,41 +366,43 @@ class KubeflowEngine(TrainingEngine):
         log.info("deleting TrainJob %s (%s), left by an earlier try", name, status)
         self.client.delete_job(name)
 
+    def _not_created(self, name: str, err: Exception) -> Exception:
+        """The error of a failed creation, once what the SDK left of the TrainJob is deleted."""
+        if self.runtime_backend == "container":
+            gone = remove_remains(self.client.backend._adapter, name)
+            if gone:
+                log.info("TrainJob %s was not created; removed %s", name, ", ".join(gone))
+            if "Failed to ensure image" in str(err):
+                return InvalidSpecError(
+                    f"TrainJob {name}: image {self.image!r} is not on this machine and cannot be pulled "
+                    f"({err}); build it (docs/engines/kubeflow.md) or name one that exists (docker images)"
+                )
+        return JobFailedError(f"the Kubeflow SDK did not create TrainJob {name}: {err}")
+
+    def _node_log(self, job_name: str, step: Any) -> str:
+        """The log of one node (the container backend's ``node-0`` step would give every node's)."""
+        try:
+            if self.runtime_backend == "container":
+                return "".join(self.client.backend._adapter.container_logs(step.pod_name, False))
+            return "".join(self.client.get_job_logs(job_name, step=step.name))
+        except Exception as err:  # the logs are a courtesy: the failure is the job's status
+            return f"(no logs: {err})"
+
     def _failed_logs(self, job: Any) -> str:
-        """The last log lines of the nodes that failed (the task error shows them)."""
+        """Each failed node's own error and last log lines (read before the job is deleted)."""
         lines: list[str] = []
         for step in job.steps:
             if step.status != "Failed" or not step.name.startswith("node"):
                 continue
-            try:
-                text = "".join(self.client.get_job_logs(job.name, step=step.name))
-            except Exception as err:  # the logs are a courtesy: the failure is the job's status
-                text = f"(no logs: {err})"
+            text = self._node_log(job.name, step)
             all_lines = text.strip().splitlines()
-            # the rank's own last words first: torchrun's summary fills the end of the log
+            # the rank's own last words and traceback first: torchrun's summary fills the log's end
             lines.extend(line for line in all_lines if line.startswith("dltrain job failed on rank"))
+            own = node_error_lines(text)
+            if own:
+                lines.append(f"--- {step.name} ({step.pod_name}): the error of its process ---")
+                lines.extend(own)
             tail = all_lines[-LOG_LINES:]
             lines.append(f"--- {step.name} ({step.pod_name}), last {len(tail)} log lines ---")
             lines.extend(tail)
-            if self.runtime_backend == "container":
-                break  # the SDK's container backend gives every node's log for step node-0
         return "\n".join(lines)
-
-
-class _MountingAdapter:
-    """The SDK's Docker adapter, with ``mounts`` bind-mounted into every node container.
-
-    The SDK's container backend mounts only its own work directory; a lake, staging area or MLflow
-    store on this machine's disk must be visible to the nodes at the same path.
-    """
-
-    def __init__(self, inner: Any, mounts: Sequence[str]) -> None:
-        self._inner = inner
-        self._mounts = {path: {"bind": path, "mode": "rw"} for path in mounts}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def create_and_start_container(self, **kwargs: Any) -> str:
-        kwargs["volumes"] = {**self._mounts, **dict(kwargs.get("volumes") or {})}
-        return str(self._inner.create_and_start_container(**kwargs))

@@ -211,7 +211,7 @@ def test_the_trainjob_is_the_one_the_sdk_sends_with_our_name_labels_patch_and_co
     script = "\n".join(command)
     assert (
         "torchrun" in script
-        and "def dltrain_train_job(script_uri: str, spec_uri: str, code_uri: str)" in script
+        and "def dltrain_train_job(script_uri: str, spec_uri: str, code_uri: str, secret_env_file" in script
     )
     assert (
         f"dltrain_train_job(**{{'script_uri': '{staged.script_uri}', 'spec_uri': '{staged.spec_uri}', "
