@@ -10,7 +10,8 @@
 5. register it behind the gate (``dltrain_digits_search``), which still decides on promotion.
 
 An adaptive search runs through the same DAG: trigger it with ``{"search": TPE, "early_stopping":
-null}`` (``TPE`` below: an Optuna study, TPE with ``constant_liar``, the median pruner, 12 trials, 2
+null}`` (``TPE``, from ``airflow_provider_dltrain.demo.search_settings``, which the search
+benchmark measures too: an Optuna study, TPE with ``constant_liar``, the median pruner, 12 trials, 2
 at a time). Each mapped task asks the study for its parameters when it starts, so later trials learn
 from earlier ones; the pruner stops trials that lag at the same epoch; the study lives in
 ``optuna.db`` beside the MLflow store, so a re-run of an unchanged study finds every trial by its
@@ -34,6 +35,14 @@ from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_dltrain.demo import paths
+from airflow_provider_dltrain.demo.search_settings import (  # noqa: F401 (TPE: the docstring's trigger)
+    ABLATION,
+    FIXED,
+    PARALLEL_TRIALS,
+    SEARCH,
+    STOPPING,
+    TPE,
+)
 from airflow_provider_dltrain.operators import (
     ExpandTrialsOperator,
     RegisterModelOperator,
@@ -45,21 +54,6 @@ from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
 DS = "{{ data_interval_start | ds }}"
 TRAIN_FN = "airflow_provider_dltrain.demo.digits_model:train"
 DIGITS = paths.table("digits")
-SEARCH = {"grid": {"lr": [0.01, 0.005, 0.003, 1e-5, 3e-6, 1e-6]}}  # the last three barely learn
-FIXED = {"epochs": 4, "batch_size": 32, "seed": 7}
-STOPPING = {"rule": "median", "metric": "val_loss", "mode": "min", "grace_steps": 1, "min_trials": 1}
-ABLATION = {"ablate": ["conv1", "conv2", "pool", "hidden"]}
-TPE = {
-    "optuna": {
-        "n_trials": 12,
-        "metric": "val_loss",
-        "mode": "min",
-        "seed": 7,
-        "space": {"lr": {"loguniform": [1e-6, 3e-2]}},
-        "sampler": {"name": "tpe", "constant_liar": True, "n_startup_trials": 4},
-        "pruner": {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 1},
-    }
-}
 
 
 def _pin(task_id: str = "wait_for_partition") -> DeltaTableVersionSensor:
@@ -94,7 +88,7 @@ def _trials(pinned: DeltaTableVersionSensor, experiment: str) -> tuple[ExpandTri
         backend="local",
         experiment_name=experiment,
         aws_conn_id=paths.aws_conn_id(),
-        max_active_tis_per_dagrun=2,
+        max_active_tis_per_dagrun=PARALLEL_TRIALS,
     ).expand_kwargs(trials.output)
     return trials, trained
 
