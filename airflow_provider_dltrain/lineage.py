@@ -41,11 +41,19 @@ def _commit(uri: str, version: int, storage_options: StorageOptions | None) -> d
     """One commit: its info and the partitions it added files to, from the table's history index (the
     commit file, or the copy kept beside the log once log retention removed it)."""
     from airflow_provider_dltrain.lake import history_index
+    from airflow_provider_dltrain.lake.history_index import INDEX_DIR
 
     index = history_index.load(uri, storage_options)
     record = index.record(version) if index is not None else None
-    if index is None or record is None:
+    if index is None or (record is None and version > index.indexed):
         raise TableNotFoundError(f"{uri} has no version {version} in its log or its history index")
+    if record is None:
+        raise TableNotFoundError(
+            f"{uri} has no version {version} in its log or its history index: its commit file was removed by "
+            f"the table's log retention and {INDEX_DIR}/ beside the log holds no copy of it (was the table "
+            f"copied without that folder?). Copy {INDEX_DIR}/ over from the table it was copied from to see "
+            "this link of the chain."
+        )
     info = record["info"]
     partitions = sorted({json.dumps(p, sort_keys=True) for p in index.added_partitions(version)})
     return {

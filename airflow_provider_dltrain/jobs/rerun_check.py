@@ -278,7 +278,7 @@ def _decide(
 ) -> RerunCheck:
     from airflow_provider_dltrain.lake import partition as part
     from airflow_provider_dltrain.lake.pairing import quarantine_pairing
-    from airflow_provider_dltrain.lake.rerun_facts import last_write
+    from airflow_provider_dltrain.lake.rerun_facts import facts_lost_error, last_write
 
     where = f"{part.path_of(dict(partition), sorted(partition))} of {table_uri}"
     if facts is None:
@@ -289,6 +289,8 @@ def _decide(
     last = last_write(table_uri, partition, options)
     if last is None:
         return RerunCheck(facts, f"{where}: running the stage: no earlier write of it", changed="first write")
+    if last.facts_lost:  # not "another tool": this provider's answer may be there, unprovable now
+        raise facts_lost_error(table_uri, where, last)
     version = last.ref.version
     recorded = last.recorded_facts() if last.wrote(partition) else None
     if recorded is None:

@@ -476,7 +476,7 @@ def load(
             if first is None:
                 raise TableNotFoundError(f"{log.uri}: no commit file between {version} and {latest}")
             _infer_snapshot(index, log, first, storage_options)
-            version = first + 1
+            version = first  # its own commit file is there: what it wrote is known, not inferred
             continue
         stats.caught_up += 1
         index._apply(record, bool(record.get("metadata")))

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_dltrain.exceptions import HistoryGoneError
 from airflow_provider_dltrain.lake import history
 from airflow_provider_dltrain.lake import partition as part
 from airflow_provider_dltrain.lake.digest import (
@@ -27,6 +28,7 @@ from airflow_provider_dltrain.lake.digest import (
     META_PARTITION,
     canonical_partition,
 )
+from airflow_provider_dltrain.lake.history_index import INDEX_DIR
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.row_hash import canonical_schema
@@ -50,6 +52,10 @@ class LastWrite:
     newest: int  # the table's newest version when it was looked up
     metadata_changed_since: bool  # a later commit changed the schema, partitioning or properties
     rows: int | None  # rows its files hold in the partition (their stats), None when unknown
+    # its commit is older than the table's log and the history index holds no record of it (log
+    # retention ran before the index saw it, or the table was copied without ``_dltrain_history``):
+    # whatever it recorded is unknown, which is not the same as "it recorded nothing"
+    facts_lost: bool = False
 
     def recorded_facts(self) -> dict[str, Any] | None:
         """The facts it recorded for exactly this partition, or None (another tool, an older release)."""
@@ -75,7 +81,8 @@ def last_write(
     From the table's history index (:mod:`.history_index`): the index's head, the commits after it and
     one commit record, however long the history; the record outlives the commit file that log
     retention removes. A partition whose last write the index only knows as the oldest readable
-    version (its log was gone before it was indexed) has no recorded facts: it is computed.
+    version (its log was gone before it was indexed) has ``facts_lost``: what that write recorded is
+    unknown (:func:`facts_lost_error` says why and what to do).
     """
     from airflow_provider_dltrain.lake import history_index
 
@@ -91,7 +98,7 @@ def last_write(
     record = None if write.inferred else index.record(write.version)
     rows = _rows_of(record, history.key_of(spec))
     changed = index.metadata_changed(write.version)
-    return LastWrite(write.ref(index.uri), info, index.indexed, changed, rows)
+    return LastWrite(write.ref(index.uri), info, index.indexed, changed, rows, facts_lost=write.inferred)
 
 
 def _rows_of(record: Mapping[str, Any] | None, key: history.Key) -> int | None:
@@ -174,3 +181,17 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
             return None
         parts.append([canonical_partition(values), "digest", write.digest])
     return _fingerprint(parts, None)
+
+
+def facts_lost_error(table_uri: str, where: str, last: LastWrite) -> HistoryGoneError:
+    """The refusal of a re-run whose partition's last write has ``facts_lost``, raised before anything
+    is written: computing it could commit a different answer (other input versions, say) for a date
+    whose nightly answer cannot be compared any more."""
+    return HistoryGoneError(
+        f"{where}: its last write is older than the table's log (version {last.ref.version} is the oldest "
+        f"it still holds: log retention removed the commit files before it) and the table's history index "
+        f"({table_uri}/{INDEX_DIR}/) holds no record of it, e.g. a copy of the table made without that "
+        "folder. The facts that write was computed from are gone, so whether a re-run gives the same answer "
+        f"cannot be told, and nothing was written. Copy {INDEX_DIR}/ over from the table this one was copied "
+        "from, or run with force=True to recompute the partition on today's data (a new version)."
+    )
