@@ -6,7 +6,6 @@ be used get a reason in ``_error`` and go to quarantine instead of the table.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,8 +81,8 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     every run: an undecodable or empty file, an image over ``params["max_pixels"]`` (default
     4096x4096, read from the header before decoding) or not ``image_size`` square, no label, several
     labels for the file, a label that is not an integer or outside ``0..num_classes-1``
-    (``params["num_classes"]``, default 10), and a file the landing listing refused (a symbolic
-    link, a hidden ``.``/``_`` name). One bad row never fails the day. An input without the columns it needs (``labels.csv`` without a
+    (``params["num_classes"]``, default 10). A file the landing listing refused (a symbolic link,
+    a hidden ``.``/``_`` name) never reaches it: the write quarantines it. One bad row never fails the day. An input without the columns it needs (``labels.csv`` without a
     ``label`` column) fails the task at once, naming the file and its columns: no retry can fix it.
     """
     from pyspark.sql import functions as F
@@ -100,7 +99,6 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
         lambda it: _decode_batches(it, size, max_pixels),
         "file string, source_file string, features array<float>, _error string",
     )
-    decoded = decoded.unionByName(_refused_images(spark, inputs["images"]))
     # One row per file, whatever labels.csv holds: a duplicated file must not duplicate its image.
     labels = (
         labels_in.select(F.col("file"), F.trim(F.col("label").cast("string")).alias("raw"))
@@ -125,18 +123,3 @@ def decode_digits(spark: Any, inputs: dict[str, Any], params: dict[str, Any]) ->
     error = F.coalesce(F.col("_error"), label_error)
     label = F.when(F.col("n_labels") == 1, value)
     return joined.select("features", label.alias("label"), "source_file", error.alias("_error"))
-
-
-def _refused_images(spark: Any, images: Any) -> Any:
-    """A quarantine row for every landed file the images input refused to read (link, hidden name).
-
-    The reason is the listing's: it never names a link's target nor holds a byte of the file.
-    """
-    from airflow_provider_dltrain.etl.landing_files import refused_files
-
-    schema = "file string, source_file string, features array<float>, _error string"
-    rows = [
-        (os.path.basename(r.path), "/".join(r.path.split("/")[-3:]), None, r.reason)
-        for r in refused_files(images)
-    ]
-    return spark.createDataFrame(rows, schema)

@@ -160,36 +160,30 @@ def read_input(
         from airflow_provider_dltrain.etl.remote_files import read_remote
 
         return read_remote(spark, normalize_uri(path), fmt, options, storage_options)
-    local = normalize_uri(path)
-    glob = options.get("pathGlobFilter")
-    if "{" not in local:  # Hadoop's {a,b} alternation: Python cannot list it, Spark's reader does
-        return _read_landing(spark, local, fmt, options, _max_line_bytes(spec))
-    try:
-        df = spark.read.format(fmt).options(**options).load(local)
-    except Exception as err:
-        if _has_glob(local) and _not_found(err) and os.path.isdir(_split_glob(local)[0]):
-            raise _no_match(*_split_glob(local)) from None
-        raise
-    if (glob or _has_glob(local)) and not df.inputFiles():
-        raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
-    return df
+    return _read_landing(spark, normalize_uri(path), fmt, options, spec)
 
 
-def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], max_line_bytes: int) -> Any:
+def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], spec: Mapping[str, Any]) -> Any:
     """A local raw input, checked first (:mod:`~airflow_provider_dltrain.etl.landing_files`).
 
-    ``binaryFile`` files are read by Python workers that never follow a link (names Hadoop rejects,
-    such as ``a:b.png``, read too, and zero-byte files give a row). For the other formats Spark's
-    reader gets the accepted files only, after every text line was found within ``max_line_bytes``.
-    The refused files are logged and tagged on the DataFrame (:func:`landing_files.refused_files`).
+    Globs and ``{a,b}`` alternatives are expanded and every match checked; Spark is handed the
+    checked files only, never a folder or a pattern. ``binaryFile`` files are read by Python workers
+    that never follow a link (names Hadoop rejects, such as ``a:b.png``, read too, and zero-byte
+    files give a row). For the other formats Spark's reader gets private copies of the checked bytes
+    (:func:`~airflow_provider_dltrain.etl.landing_reads.stage_files`), every record found within
+    ``max_line_bytes`` on the way. The refused files are logged and tagged on the DataFrame
+    (:func:`landing_files.refused_files`); the write quarantines them.
     """
-    from airflow_provider_dltrain.etl import landing_files
+    from airflow_provider_dltrain.etl import landing_files, landing_reads
     from airflow_provider_dltrain.etl.remote_files import BINARY_FILE_DDL
 
-    if _has_glob(local) and not os.path.isdir(_split_glob(local)[0]):
-        raise InputNotFoundError(f"nothing at {_split_glob(local)[0]} (the path does not exist)")
+    if _has_glob(local) and not os.path.isdir(landing_files.anchor_of(local)):
+        raise InputNotFoundError(f"nothing at {landing_files.anchor_of(local)} (the path does not exist)")
+    max_line_bytes, max_file_bytes = _max_line_bytes(spec), _max_file_bytes(spec, fmt, options)
     glob = options.pop("pathGlobFilter", None) if fmt == "binaryFile" else options.get("pathGlobFilter")
-    landing = landing_files.list_landing(local, glob, spark_reads=fmt != "binaryFile")
+    landing = landing_files.list_landing(
+        local, glob, spark_reads=fmt != "binaryFile", max_file_bytes=max_file_bytes
+    )
     if not landing.files and not landing.refused and (glob or _has_glob(local)):
         raise _no_match(local, glob) if glob else _no_match(*_split_glob(local))
     if landing.refused:
@@ -201,12 +195,15 @@ def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], max
         listing = spark.createDataFrame([(f,) for f in landing.files], "file string")
         if landing.files:
             listing = listing.repartition(min(len(landing.files), 4 * spark.sparkContext.defaultParallelism))
-        df = listing.mapInArrow(landing_files.read_binary_files, BINARY_FILE_DDL)
+        reader = landing_reads.binary_file_reader(landing.anchor, max_file_bytes)
+        df = listing.mapInArrow(reader, BINARY_FILE_DDL)
     else:
-        if _checks_lines(fmt, options):
-            for file in landing.files:
-                landing_files.check_line_lengths(file, max_line_bytes)
-        df = _spark_read(spark, local, fmt, options, landing)
+        rule = landing_reads.RecordRule.of(fmt, options) if _checks_lines(fmt, options) else None
+
+        def check(path: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
+            return landing_reads.check_records(path, chunks, max_line_bytes, rule) if rule else chunks
+
+        df = _spark_read(spark, local, fmt, options, landing, check, max_file_bytes)
     with contextlib.suppress(Exception):  # a DataFrame class that takes no attributes
         setattr(df, landing_files.REFUSED_ATTR, landing.refused)
     return df
@@ -226,16 +223,25 @@ def _checks_lines(fmt: str, options: Mapping[str, str]) -> bool:
     return fmt == "csv" or (fmt == "text" and lowered.get("wholetext") != "true")
 
 
-def _spark_read(spark: Any, local: str, fmt: str, options: dict[str, str], landing: Any) -> Any:
-    """Spark's reader on the input's path, or on its accepted files alone when some were refused."""
-    reader = spark.read.format(fmt).options(**options)
-    if not landing.refused:
-        return reader.load(local)
+def _spark_read(
+    spark: Any,
+    local: str,
+    fmt: str,
+    options: dict[str, str],
+    landing: Any,
+    check: Any,
+    max_file_bytes: int | None,
+) -> Any:
+    """Spark's reader on private copies of the accepted files (the input's folder kept as basePath)."""
+    from airflow_provider_dltrain.etl.landing_reads import stage_files
+
     if not landing.files:
         return spark.createDataFrame([], "value string" if fmt == "text" else "_corrupt_record string")
-    if os.path.isdir(local):
-        reader = reader.option("basePath", local)
-    return reader.load([_hadoop_literal(f) for f in landing.files])
+    folder, copies = stage_files(landing.anchor, landing.files, check=check, max_file_bytes=max_file_bytes)
+    reader = spark.read.format(fmt).options(**options)
+    if os.path.isdir(local) and not _has_glob(local):
+        reader = reader.option("basePath", folder)
+    return reader.load([_hadoop_literal(c) for c in copies])
 
 
 def _hadoop_literal(path: str) -> str:
@@ -253,6 +259,23 @@ def _max_line_bytes(spec: Mapping[str, Any]) -> int:
         limit = 0
     if limit <= 0 or isinstance(value, bool):
         raise InvalidSpecError(f"max_line_bytes must be a positive number of bytes, got {value!r:.100}")
+    return limit
+
+
+def _max_file_bytes(spec: Mapping[str, Any], fmt: str, options: Mapping[str, str]) -> int | None:
+    """The input's ``max_file_bytes``; by default a limit only where Spark reads a file as one record."""
+    from airflow_provider_dltrain.etl.landing_files import MAX_FILE_BYTES
+
+    value = spec.get("max_file_bytes")
+    if value is None:
+        lowered = {k.lower(): str(v).lower() for k, v in options.items()}
+        whole = fmt == "binaryFile" or lowered.get("multiline" if fmt == "json" else "wholetext") == "true"
+        return MAX_FILE_BYTES if whole and fmt in ("binaryFile", "json", "text") else None
+    limit = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if isinstance(value, str) and value.strip().isdigit():
+        limit = int(value)
+    if limit <= 0:
+        raise InvalidSpecError(f"max_file_bytes must be a positive number of bytes, got {value!r:.100}")
     return limit
 
 
@@ -335,6 +358,7 @@ def check_inputs(inputs: Mapping[str, Any]) -> None:
         elif isinstance(spec, Mapping):
             try:
                 _max_line_bytes(spec)
+                _max_file_bytes(spec, str(spec.get("format", "parquet")), dict(spec.get("options") or {}))
             except InvalidSpecError as err:
                 raise InvalidSpecError(f"inputs[{name!r}].{err}") from None
 

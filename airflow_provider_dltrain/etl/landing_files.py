@@ -4,38 +4,52 @@ Checked on the driver before Spark opens anything, with ``lstat`` only (no file 
 
 * a symbolic link below the input's path is never followed, wherever it points: refused;
 * a name starting with ``.`` or ``_`` (Spark's hidden files), or under such a folder: refused,
-  not read, so that it is logged and quarantined instead of vanishing silently;
+  not read, so that it is quarantined instead of vanishing silently;
 * anything that is not a regular file (a FIFO would block the reader forever): refused;
 * a name Hadoop paths cannot hold (``:``) in an input Spark's own reader opens: refused.
-  ``binaryFile`` inputs are read here instead (:func:`read_binary_files`), so such names are read.
+  ``binaryFile`` inputs are read here instead, so such names are read;
+* a file over the input's ``max_file_bytes``: refused, the rest of the day is read.
 
-The input's own path (the folder or file the DAG names) is resolved as given: its parents are the
-deployment's choice. A refused file given as the input's path itself is a
-:class:`~airflow_provider_dltrain.exceptions.LandingFileError`, as is a text line longer than
-``max_line_bytes`` (:func:`check_line_lengths`): both fail the task without retries, and neither
+A glob (``*``, ``?``, ``[...]``) and Hadoop's ``{a,b}`` alternatives are expanded here, by walking the
+folders with ``os.scandir`` (hidden names included on every Python version, linked folders never
+entered), and each match is checked like any path: Spark is only ever handed the checked files
+(:mod:`~airflow_provider_dltrain.etl.landing_reads` reads them without following a link).
+
+The input's own path (the folder or file the DAG names; for a glob, the folder above its first
+pattern: the *anchor*) is resolved as given: its parents are the deployment's choice. A refused
+file given as the input's path itself is a :class:`~airflow_provider_dltrain.exceptions.LandingFileError`,
+as is a record longer than ``max_line_bytes``: both fail the task without retries, and neither
 message holds a byte of the file or where a link points.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import glob as globbing
 import os
 import stat
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import InputNotFoundError, LandingFileError
+from airflow_provider_dltrain.etl.landing_reads import RecordRule, check_records, open_below, read_limited
+from airflow_provider_dltrain.exceptions import InputNotFoundError, InvalidSpecError, LandingFileError
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: far above any sane CSV/JSON line, far below what kills a JVM
+# 256 MiB: a file read as one record (a binaryFile row, multiLine JSON, wholetext) is held by the
+# Python worker, its Arrow batch and the JVM at once: three copies stay under Spark's default 1 GiB.
+MAX_FILE_BYTES = 256 << 20
+MAX_ALTERNATIVES = 1024
 REFUSED_ATTR = "_dltrain_refused"  # the tag read_input puts on a DataFrame: its refused files
-_CHUNK = 1 << 20
+GLOB_CHARS = "*?[{"
 HIDDEN = "hidden name (starts with '.' or '_'): not read"
 SYMLINK = "symbolic link: not followed (the landing zone takes regular files only)"
 NOT_REGULAR = "not a regular file: not read"
 HADOOP_NAME = "name holds ':', which Hadoop paths cannot hold: not read (rename the file)"
+
+
+def oversized(size: int, limit: int) -> str:
+    """The reason a file over ``max_file_bytes`` is not read (the same words on every run)."""
+    return f"file is {size} bytes, over max_file_bytes={limit}: not read (raise the input's max_file_bytes)"
 
 
 @dataclass(frozen=True)
@@ -48,23 +62,29 @@ class RefusedFile:
 
 @dataclass(frozen=True)
 class Landing:
-    """The regular files an input reads (sorted) and those it refuses."""
+    """The regular files an input reads (sorted), those it refuses, and the folder both lie below."""
 
     files: tuple[str, ...]
     refused: tuple[RefusedFile, ...]
+    anchor: str = ""
 
 
-def list_landing(path: str, glob: str | None = None, *, spark_reads: bool = True) -> Landing:
-    """The files at or under ``path`` (a file, a folder or a glob) an input may read.
+def list_landing(
+    path: str, glob: str | None = None, *, spark_reads: bool = True, max_file_bytes: int | None = None
+) -> Landing:
+    """The files at or under ``path`` (a file, a folder, a glob, ``{a,b}`` alternatives) an input may read.
 
     :param glob: ``pathGlobFilter``: only base names matching it belong to the input at all.
     :param spark_reads: Spark's own reader opens the files, so names with ``:`` are refused too.
+    :param max_file_bytes: a larger file is refused (quarantined), not read.
     :raises InputNotFoundError: nothing is at ``path`` (retried: the day may land late).
     :raises LandingFileError: ``path`` is itself a file that is refused.
+    :raises InvalidSpecError: unbalanced or too many ``{a,b}`` alternatives.
     """
-    roots = _glob(path) if _has_glob(path) else [path]
+    anchor = anchor_of(path)
     files: list[str] = []
     refused: list[RefusedFile] = []
+    roots = _expand(path, anchor, refused) if has_glob(path) else [path]
     for root in roots:
         if not os.path.lexists(root):
             raise InputNotFoundError(
@@ -72,35 +92,113 @@ def list_landing(path: str, glob: str | None = None, *, spark_reads: bool = True
                 "Check the path template, or re-run once it has arrived."
             )
         st = os.lstat(root)
+        hidden = root != path and _is_hidden(os.path.relpath(root, anchor))
         if stat.S_ISDIR(st.st_mode) or (root == path and os.path.isdir(root)):
-            _walk(
-                root,
-                glob,
-                spark_reads,
-                files,
-                refused,
-                hidden=root != path and _is_hidden(os.path.basename(root)),
-            )
+            _walk(root, glob, spark_reads, files, refused, hidden=hidden)
             continue
         if glob and not fnmatch.fnmatchcase(os.path.basename(root), glob):
             continue
-        reason = _refusal(root, st, spark_reads)
+        reason = HIDDEN if hidden else _refusal(root, st, spark_reads)
         if reason and root == path:
             raise LandingFileError(
                 f"{path}: {reason}. Land the file itself under this name; retrying cannot help."
             )
         _keep(root, reason, files, refused)
-    return Landing(tuple(sorted(files)), tuple(sorted(refused, key=lambda r: r.path)))
+    if max_file_bytes is not None:
+        _refuse_oversized(files, refused, max_file_bytes)
+    unique = {r.path: r for r in refused}  # overlapping alternatives list a file once
+    return Landing(tuple(sorted(set(files))), tuple(sorted(unique.values(), key=lambda r: r.path)), anchor)
 
 
-def _glob(path: str) -> list[str]:
-    """What a glob in the path matches, hidden names included (Python 3.11+) so they are refused."""
-    hidden = {"include_hidden": True} if sys.version_info >= (3, 11) else {}
-    return sorted(globbing.glob(path, **hidden))  # type: ignore[arg-type]
+def anchor_of(path: str) -> str:
+    """The folder the input's files lie below: the path itself, its folder, or the one above its first glob."""
+    if has_glob(path):
+        parts = path.split("/")
+        first = next(i for i, part in enumerate(parts) if has_glob(part))
+        return "/".join(parts[:first]) or "/"
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
 
 
-def _has_glob(path: str) -> bool:
-    return any(c in path for c in "*?[")
+def has_glob(path: str) -> bool:
+    return any(c in path for c in GLOB_CHARS)
+
+
+def expand_braces(path: str) -> list[str]:
+    """Hadoop's ``{a,b}`` alternatives (nested too) spelled out: ``x/{a,b}/*.csv`` -> ``x/a/*.csv``, ``x/b/*.csv``."""
+    out: list[str] = []
+    pending = [path]
+    while pending:
+        current = pending.pop()
+        start = current.find("{")
+        if start < 0:
+            if "}" in current:
+                raise InvalidSpecError(
+                    f"{path}: a '}}' with no '{{' before it; write {{a,b}} alternatives whole"
+                )
+            out.append(current)
+        else:
+            end, options = _alternatives(path, current, start)
+            pending.extend(current[:start] + o + current[end + 1 :] for o in reversed(options))
+        if len(out) + len(pending) > MAX_ALTERNATIVES:
+            raise InvalidSpecError(f"{path}: more than {MAX_ALTERNATIVES} {{a,b}} alternatives; use fewer")
+    return out
+
+
+def _alternatives(path: str, text: str, start: int) -> tuple[int, list[str]]:
+    """The end of the ``{...}`` opening at ``start`` and its top-level, comma-separated options."""
+    depth, cut, options = 0, start + 1, list[str]()
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i, [*options, text[cut:i]]
+        elif text[i] == "," and depth == 1:
+            options.append(text[cut:i])
+            cut = i + 1
+    raise InvalidSpecError(f"{path}: a '{{' with no '}}' after it; write {{a,b}} alternatives whole")
+
+
+def _expand(path: str, anchor: str, refused: list[RefusedFile]) -> list[str]:
+    """Every path the pattern matches, walked below ``anchor`` with ``os.scandir`` (hidden names too)."""
+    matched: list[str] = []
+    for alternative in expand_braces(path):
+        rest = os.path.relpath(alternative, anchor).split(os.sep) if alternative != anchor else []
+        current = [anchor]
+        for depth, pattern in enumerate(rest):
+            last = depth == len(rest) - 1
+            current = [m for folder in current for m in _match(folder, pattern, last, refused)]
+        matched += current
+    return sorted(set(matched))
+
+
+def _match(folder: str, pattern: str, last: bool, refused: list[RefusedFile]) -> Iterator[str]:
+    """Entries of ``folder`` matching ``pattern``; a linked folder on the way is refused, not entered."""
+    if any(c in pattern for c in "*?["):
+        try:
+            names = sorted(e.name for e in os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        names = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    else:
+        names = [pattern] if os.path.lexists(os.path.join(folder, pattern)) else []
+    for name in names:
+        full = os.path.join(folder, name)
+        if last:
+            yield full
+        elif os.path.islink(full):
+            refused.append(RefusedFile(full, SYMLINK))
+        elif os.path.isdir(full):
+            yield full
+
+
+def _refuse_oversized(files: list[str], refused: list[RefusedFile], limit: int) -> None:
+    for path in list(files):
+        size = os.lstat(path).st_size
+        if size > limit:
+            files.remove(path)
+            refused.append(RefusedFile(path, oversized(size, limit)))
 
 
 def _walk(
@@ -152,74 +250,20 @@ def _keep(path: str, reason: str | None, files: list[str], refused: list[Refused
         files.append(path)
 
 
-def open_regular(path: str) -> int:
-    """A read-only descriptor of ``path``, refusing a symbolic link or anything but a regular file.
+def check_line_lengths(
+    path: str, max_line_bytes: int = MAX_LINE_BYTES, rule: RecordRule | None = None, anchor: str | None = None
+) -> None:
+    """Read ``path`` (never through a link) and refuse it at its first record over ``max_line_bytes``.
 
-    ``O_NOFOLLOW``: a file swapped for a link after it was listed is not followed either.
+    Memory stays at one chunk whatever the file holds. The error names the file, the 1-based line
+    (or record) number and the limit, never the content.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LandingFileError(f"{path}: {NOT_REGULAR}")
-    return fd
-
-
-def check_line_lengths(path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
-    """Read ``path`` in 1 MiB chunks and refuse it at its first line over ``max_line_bytes``.
-
-    Memory stays at one chunk whatever the file holds. The error names the input, the file, the
-    1-based line number and the limit, never the line's content.
-    """
-    fd = open_regular(path)
-    line, length = 1, 0
+    fd = open_below(anchor or os.path.dirname(path) or ".", path)
     try:
-        while chunk := os.read(fd, _CHUNK):
-            parts = chunk.split(b"\n")
-            if length + len(parts[0]) <= max_line_bytes and max(map(len, parts)) <= max_line_bytes:
-                line, length = line + len(parts) - 1, (length if len(parts) == 1 else 0) + len(parts[-1])
-                continue
-            for i, part in enumerate(parts):
-                length += len(part)
-                if length > max_line_bytes:
-                    raise LandingFileError(
-                        f"{path} line {line} is "
-                        f"longer than max_line_bytes={max_line_bytes} bytes (the input's limit). Fix the "
-                        "file, or raise the input's max_line_bytes; retrying cannot help."
-                    )
-                if i < len(parts) - 1:
-                    line, length = line + 1, 0
+        for _ in check_records(path, read_limited(fd, path, None), max_line_bytes, rule or RecordRule()):
+            pass
     finally:
         os.close(fd)
-
-
-def read_binary_files(batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side of a local ``binaryFile`` input: Spark's binaryFile rows, links never followed."""
-    import pyarrow as pa
-
-    schema = pa.schema(
-        [
-            ("path", pa.string()),
-            ("modificationTime", pa.timestamp("us", tz="UTC")),
-            ("length", pa.int64()),
-            ("content", pa.binary()),
-        ]
-    )
-    for listing in batches:
-        for path in listing.column("file").to_pylist():
-            fd = open_regular(path)
-            try:
-                st = os.fstat(fd)
-                with os.fdopen(fd, "rb", closefd=False) as handle:
-                    content = handle.read()
-            finally:
-                os.close(fd)
-            row = {
-                "path": f"file:{path}",
-                "modificationTime": st.st_mtime_ns // 1000,
-                "length": len(content),
-                "content": content,
-            }
-            yield pa.RecordBatch.from_pylist([row], schema=schema)
 
 
 def refused_files(df: Any) -> list[RefusedFile]:

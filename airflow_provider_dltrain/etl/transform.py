@@ -1,5 +1,9 @@
 """The transform contract: ``transform(spark, inputs: dict[str, DataFrame], params: dict) -> DataFrame``.
 
+Landed files an input refused to read (links, hidden names, files over ``max_file_bytes``) never
+reach the transform; :func:`run_transform` tags its result with them and the write quarantines each
+with its reason, whatever the transform does (:func:`landing_refusals`).
+
 A transform that finds its input unusable as a whole (a missing column, a wrong file) raises a
 :class:`~airflow_provider_dltrain.exceptions.DltrainUserError` (:func:`require_columns` does it for
 missing columns): the task then fails without retries, on the local engine and in a cloud job alike.
@@ -7,10 +11,12 @@ missing columns): the task then fails without retries, on the local engine and i
 
 from __future__ import annotations
 
+import contextlib
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from airflow_provider_dltrain.etl.landing_files import REFUSED_ATTR, RefusedFile, refused_files
 from airflow_provider_dltrain.exceptions import InvalidSpecError, SchemaMismatchError
 
 Transform = Callable[[Any, dict[str, Any], dict[str, Any]], Any]
@@ -73,7 +79,19 @@ def run_transform(
         raise InvalidSpecError(
             f"transform {getattr(fn, '__name__', fn)!r} must return a Spark DataFrame, got {type(out).__name__}"
         )
+    with contextlib.suppress(Exception):  # a DataFrame class that takes no attributes
+        setattr(out, REFUSED_ATTR, landing_refusals(inputs))
     return out
+
+
+def landing_refusals(inputs: Mapping[str, Any]) -> list[RefusedFile]:
+    """The landed files every input refused to read (:func:`~.landing_files.refused_files`), once each.
+
+    :func:`run_transform` tags its result with them, whatever the transform did, and
+    :func:`~airflow_provider_dltrain.etl.writer.write_dataframe` quarantines them with their reasons.
+    """
+    found = {r.path: r for df in inputs.values() for r in refused_files(df)}
+    return [found[path] for path in sorted(found)]
 
 
 def _unresolved_column(err: Exception) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_dltrain.etl.arrow_files import QUARANTINE_FIELDS, file_writer_fn, result_schema
+from airflow_provider_dltrain.etl.landing_files import RefusedFile, refused_files
 from airflow_provider_dltrain.etl.progress import SparkProgress
 from airflow_provider_dltrain.exceptions import BadDataError, InvalidSpecError
 from airflow_provider_dltrain.lake import partition as part
@@ -129,6 +130,7 @@ def write_dataframe(
     max_bad_fraction: float = 0.0,
     allow_empty: bool = False,
     backfill_horizon_days: int | None = None,
+    refused: Sequence[RefusedFile] | None = None,
 ) -> WriteResult:
     """Replace ``partition`` of ``table_uri`` with ``df`` (bad rows to quarantine) in one commit each.
 
@@ -139,6 +141,9 @@ def write_dataframe(
         since an input glob that matched nothing would otherwise silently erase the partition.
     :param backfill_horizon_days: the retention a table created here keeps (default
         ``DLTRAIN_BACKFILL_HORIZON_DAYS``, 400; :mod:`~airflow_provider_dltrain.lake.retention`).
+    :param refused: landed files the inputs did not read (default: those
+        :func:`~airflow_provider_dltrain.etl.transform.run_transform` tagged ``df`` with): one quarantine
+        row each, with its reason; counted in ``rows_quarantined``, not in ``max_bad_fraction``.
     :raises SchemaMismatchError: before anything is written, naming the conflicting columns.
     :raises BadDataError: too many bad rows; the files written are removed, nothing is committed.
     """
@@ -167,7 +172,8 @@ def write_dataframe(
         storage_options,
         table_properties(backfill_horizon_days),
     )
-    return _write_with_delta_rs(df, target, data_schema, table_schema, schema_mode)
+    landed = list(refused_files(df) if refused is None else refused)
+    return _write_with_delta_rs(df, target, data_schema, table_schema, schema_mode, landed)
 
 
 @dataclass(frozen=True)
@@ -188,8 +194,15 @@ class _Target:
     def rel_dir(self) -> str:
         return part.path_of(self.spec, self.columns)
 
-    def refuse_bad_counts(self, n_good: int, n_bad: int, reasons: Mapping[str, int]) -> str | None:
-        """Why nothing may be committed (no rows, or too many bad ones), or None."""
+    def refuse_bad_counts(
+        self, n_good: int, n_bad: int, reasons: Mapping[str, int], n_refused: int = 0
+    ) -> str | None:
+        """Why nothing may be committed (no rows, or too many bad ones), or None.
+
+        ``n_refused`` of the ``n_bad`` rows stand for landed files not read: files, not rows of the
+        transform's output, so they count toward neither the total nor the bad fraction.
+        """
+        n_bad -= n_refused
         total = n_good + n_bad
         if total == 0 and not self.allow_empty:
             return (
@@ -216,6 +229,7 @@ class _Collected:
     bad_state: DigestState = field(default_factory=DigestState)
     reasons: dict[str, int] = field(default_factory=dict)
     mismatched: int = 0
+    refused: int = 0  # quarantine rows of landed files not read (written on the driver)
 
     def add(self, row: Any) -> None:
         kind = row["kind"]
@@ -232,7 +246,12 @@ class _Collected:
 
 
 def _write_with_delta_rs(
-    df: Any, target: _Target, data_schema: Any, table_schema: Any, schema_mode: SchemaMode
+    df: Any,
+    target: _Target,
+    data_schema: Any,
+    table_schema: Any,
+    schema_mode: SchemaMode,
+    refused: Sequence[RefusedFile] = (),
 ) -> WriteResult:
     t = target
     write_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:10]}"
@@ -252,8 +271,9 @@ def _write_with_delta_rs(
     with SparkProgress(df.sparkSession, f"writing {t.rel_dir} of {t.table_uri}"):
         rows = df.mapInArrow(fn, result_schema()).collect()
     got = _Collected()
-    for row in rows:
+    for row in [*rows, *_refused_rows(t, write_id, refused)]:
         got.add(row)
+    got.refused = len(refused)
     n_good, n_bad = sum(f.num_records for f in got.good), sum(f.num_records for f in got.bad)
     log.info(
         "wrote %d good row(s) in %d file(s) and %d quarantined row(s) for %s in %.1fs",
@@ -281,10 +301,38 @@ def _write_with_delta_rs(
     )
 
 
+def _refused_rows(t: _Target, write_id: str, refused: Sequence[RefusedFile]) -> list[dict[str, Any]]:
+    """One quarantine row per refused landed file (path, reason), written on the driver by the same
+    file writer as the executors' (same Parquet, stats and digest); its result rows."""
+    if not refused:
+        return []
+    import pyarrow as pa
+
+    write_files = file_writer_fn(
+        table_uri=t.table_uri,
+        quarantine_uri=t.quarantine_uri,
+        rel_dir=t.rel_dir,
+        write_id=f"{write_id}-landing",
+        data_schema=pa.schema([]),
+        partition=t.spec,
+        has_error_column=True,
+        storage_options=dict(t.storage_options or {}),
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "source_file": [r.path for r in refused],
+            ERROR_COLUMN: [r.reason for r in refused],
+            "landing": ["not read"] * len(refused),
+        }
+    )
+    rows = [row for out in write_files(iter([batch])) for row in out.to_pylist()]
+    return [{**row, "reasons": dict(row["reasons"] or [])} for row in rows]  # a map, as Spark gives it
+
+
 def _refuse(t: _Target, got: _Collected) -> None:
     """Delete what was written and raise when nothing may be committed."""
     n_good, n_bad = sum(f.num_records for f in got.good), sum(f.num_records for f in got.bad)
-    refusal = t.refuse_bad_counts(n_good, n_bad, got.reasons)
+    refusal = t.refuse_bad_counts(n_good, n_bad, got.reasons, got.refused)
     if not (got.mismatched or refusal):
         return
     example = _first_rejected(t, got) if refusal and got.bad else None

@@ -123,6 +123,8 @@ def _run_etl(
 ) -> dict[str, Any]:
     from airflow_provider_dltrain.etl import read_inputs, run_transform, write_dataframe
     from airflow_provider_dltrain.etl.inputs import check_inputs, input_uri
+    from airflow_provider_dltrain.etl.landing_reads import release_staged
+    from airflow_provider_dltrain.etl.transform import landing_refusals
 
     p = spec.params
     options = check_write_options(p.get("write") or {}, spec.partition)  # before any input is read
@@ -136,19 +138,23 @@ def _run_etl(
     if options.get("num_files"):
         df = df.coalesce(int(options["num_files"]))
     partition_by = options.get("partition_by")
-    result = write_dataframe(
-        df,
-        spec.table_uri,
-        spec.partition,
-        partition_by=list(partition_by) if partition_by else None,
-        schema_mode=options.get("schema_mode", "strict"),
-        metadata=spec.metadata,
-        storage_options=storage(spec.table_uri),
-        quarantine_uri=options.get("quarantine_uri"),
-        max_bad_fraction=float(options.get("max_bad_fraction", 0.0)),
-        allow_empty=bool(options.get("allow_empty", False)),
-        backfill_horizon_days=options.get("backfill_horizon_days"),
-    )
+    try:
+        result = write_dataframe(
+            df,
+            spec.table_uri,
+            spec.partition,
+            partition_by=list(partition_by) if partition_by else None,
+            schema_mode=options.get("schema_mode", "strict"),
+            metadata=spec.metadata,
+            storage_options=storage(spec.table_uri),
+            quarantine_uri=options.get("quarantine_uri"),
+            max_bad_fraction=float(options.get("max_bad_fraction", 0.0)),
+            allow_empty=bool(options.get("allow_empty", False)),
+            backfill_horizon_days=options.get("backfill_horizon_days"),
+            refused=landing_refusals(frames),  # quarantined whatever the transform did with them
+        )
+    finally:
+        release_staged()  # the checked copies of landed files Spark has read
     log.info(
         "%s %s version %d: %d row(s), %d quarantined%s",
         "committed" if result.committed else "unchanged content, no commit; still",

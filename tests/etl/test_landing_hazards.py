@@ -14,19 +14,22 @@ import struct
 import subprocess
 import sys
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
 from airflow_provider_dltrain import lake
 from airflow_provider_dltrain.demo.digits_etl import decode_digits
 from airflow_provider_dltrain.demo.seed import seed_day
-from airflow_provider_dltrain.etl import read_inputs, write_dataframe
+from airflow_provider_dltrain.etl import read_inputs, run_transform, write_dataframe
 from airflow_provider_dltrain.etl.landing_files import (
     HADOOP_NAME,
     HIDDEN,
     SYMLINK,
     check_line_lengths,
     list_landing,
+    oversized,
+    refused_files,
 )
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError, LandingFileError
 
@@ -193,7 +196,7 @@ def test_every_landed_file_ends_in_the_table_or_in_quarantine_with_a_reason(
     uri = str(tmp_path / "digits")
 
     with caplog.at_level("WARNING"):
-        df = decode_digits(spark, read_inputs(spark, _inputs(tmp_path)), {})
+        df = run_transform(spark, decode_digits, read_inputs(spark, _inputs(tmp_path)), {})
         result = write_dataframe(df, uri, {"ds": DS}, max_bad_fraction=0.9)
 
     good = [r["source_file"].rsplit("/", 1)[-1] for r in lake.open_table(uri).to_pyarrow_table().to_pylist()]
@@ -209,3 +212,184 @@ def test_every_landed_file_ends_in_the_table_or_in_quarantine_with_a_reason(
         assert f"'{images}/{name}': " in caplog.text
     _assert_no_leak(caplog.text + repr(bad), outside)
     assert "digit.png" not in caplog.text + repr(bad)
+
+
+class RecordingSpark:
+    """Spark's reader API recording what each read is handed (paths, options); it reads nothing."""
+
+    sparkContext = SimpleNamespace(defaultParallelism=2)
+
+    def __init__(self):
+        self.loads = []
+
+    @property
+    def read(self):
+        return _Reader(self)
+
+    def createDataFrame(self, rows, schema):
+        return SimpleNamespace(rows=rows)
+
+
+class _Reader:
+    def __init__(self, spark):
+        self.spark, self.settings = spark, {}
+
+    def format(self, fmt):
+        self.settings["format"] = fmt
+        return self
+
+    def options(self, **options):
+        self.settings.update(options)
+        return self
+
+    def option(self, key, value):
+        self.settings[key] = value
+        return self
+
+    def load(self, paths):
+        self.spark.loads.append((paths, dict(self.settings)))
+        return SimpleNamespace(paths=paths)
+
+
+def _loaded(spark: RecordingSpark) -> dict[str, str]:
+    """What the one read was handed: an explicit list of files, by name, with their content."""
+    ((paths, _),) = spark.loads
+    assert isinstance(paths, list), f"Spark was handed {paths!r}, not a list of files"
+    assert all(os.path.isfile(p) for p in paths)
+    return {os.path.basename(p): open(p).read() for p in paths}
+
+
+def _csvs(folder, **files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_spark_is_handed_the_checked_files_never_the_folder(tmp_path):
+    folder = _csvs(tmp_path / "day", **{"a.csv": "x\n1\n", "b.csv": "x\n2\n"})
+    spark = RecordingSpark()
+    read_inputs(spark, {"t": {"path": str(folder), "format": "csv"}})
+    assert _loaded(spark) == {"a.csv": "x\n1\n", "b.csv": "x\n2\n"}
+
+
+def test_brace_alternatives_are_expanded_and_each_match_checked_like_any_path(tmp_path, outside):
+    _csvs(tmp_path / "day" / "a", **{"x.csv": "x\n1\n"})
+    b = _csvs(tmp_path / "day" / "b", **{".h.csv": "x\n2\n"})
+    os.symlink(outside / "passwd", b / "y.csv")
+    spark = RecordingSpark()
+    df = read_inputs(spark, {"t": {"path": f"{tmp_path}/day/{{a,b}}", "format": "csv"}})["t"]
+    assert _loaded(spark) == {"x.csv": "x\n1\n"}
+    assert [(r.path, r.reason) for r in refused_files(df)] == [
+        (f"{b}/.h.csv", HIDDEN),
+        (f"{b}/y.csv", SYMLINK),
+    ]
+    with pytest.raises(InvalidSpecError, match=r"a '\{' with no '\}' after it"):
+        read_inputs(RecordingSpark(), {"t": {"path": f"{tmp_path}/day/{{a,b", "format": "csv"}})
+
+
+def _swap_for_link_after_listing(monkeypatch, folder, target):
+    """Replace ``folder`` with a link to ``target`` right after the landing zone was listed."""
+    from airflow_provider_dltrain.etl import landing_files
+
+    listed = landing_files.list_landing
+
+    def list_then_swap(*args, **kwargs):
+        landing = listed(*args, **kwargs)
+        shutil.rmtree(folder)
+        os.symlink(target, folder)
+        return landing
+
+    monkeypatch.setattr(landing_files, "list_landing", list_then_swap)
+
+
+def test_a_sub_folder_swapped_for_a_link_after_listing_is_not_read_through(tmp_path, outside, monkeypatch):
+    day = tmp_path / "day"
+    _csvs(day / "sub", **{"passwd": "x\n1\n"})  # the name the outside file has
+    _swap_for_link_after_listing(monkeypatch, day / "sub", outside)
+    spark = RecordingSpark()
+    with pytest.raises(
+        LandingFileError, match=r"sub/passwd: a folder on its path, .* is a symbolic link now"
+    ):
+        read_inputs(spark, {"t": {"path": str(day), "format": "csv"}})
+    assert spark.loads == []
+
+
+def test_a_sub_folder_swapped_for_a_link_after_listing_gives_binary_workers_no_byte_of_it(
+    spark, tmp_path, outside, monkeypatch
+):
+    images = tmp_path / "images"
+    _csvs(images / "sub", **{"passwd": "not a secret"})
+    _swap_for_link_after_listing(monkeypatch, images / "sub", outside)
+    df = read_inputs(spark, {"i": {"path": str(images), "format": "binaryFile"}})["i"]
+    with pytest.raises(Exception, match="is a symbolic link now") as err:
+        df.collect()
+    _assert_no_leak(str(err.value), outside)
+
+
+def test_csv_multiline_and_linesep_records_are_held_to_the_line_limit(tmp_path):
+    quoted = 'id,text\n1,"' + "short line\n" * 20 + '"\n'  # one record of 20 short lines
+    folder = _csvs(tmp_path / "day", **{"a.csv": quoted})
+    spec = {"path": str(folder), "format": "csv", "max_line_bytes": 100}
+    read_inputs(RecordingSpark(), {"t": spec})  # line by line, every line is short
+    with pytest.raises(LandingFileError, match=r"a.csv record 2 is longer than max_line_bytes=100 "):
+        read_inputs(NoSpark(), {"t": {**spec, "options": {"multiLine": "true"}}})
+    escaped = 'id,text\n1,"a \\" quote\nand a line"\n2,b\n'  # an escaped quote does not end the field
+    _csvs(folder, **{"a.csv": escaped})
+    read_inputs(RecordingSpark(), {"t": {**spec, "max_line_bytes": 30, "options": {"multiLine": "true"}}})
+    _csvs(folder, **{"a.csv": "x\n" + "1\n" * 100})  # no '|' at all: one record of 200 bytes
+    with pytest.raises(LandingFileError, match=r"a.csv line 1 is longer than max_line_bytes=100 "):
+        read_inputs(NoSpark(), {"t": {**spec, "options": {"lineSep": "|"}}})
+
+
+def test_a_file_over_max_file_bytes_is_quarantined_with_its_reason_and_the_rest_read(tmp_path):
+    folder = _csvs(tmp_path / "day", **{"a.csv": "x\n1\n", "big.csv": "x\n" + "1\n" * 40})
+    spark = RecordingSpark()
+    df = read_inputs(spark, {"t": {"path": str(folder), "format": "csv", "max_file_bytes": 64}})["t"]
+    assert _loaded(spark) == {"a.csv": "x\n1\n"}
+    assert [(r.path, r.reason) for r in refused_files(df)] == [(f"{folder}/big.csv", oversized(82, 64))]
+    assert (
+        oversized(82, 64)
+        == "file is 82 bytes, over max_file_bytes=64: not read (raise the input's max_file_bytes)"
+    )
+    with pytest.raises(InvalidSpecError, match=r"inputs\['t'\]\.max_file_bytes must be a positive number"):
+        read_inputs(NoSpark(), {"t": {"path": str(folder), "format": "csv", "max_file_bytes": -1}})
+
+
+@pytest.mark.parametrize("version", [(3, 10, 12), sys.version_info])
+def test_hidden_names_a_glob_matches_are_refused_alike_on_python_3_10_and_later(
+    tmp_path, monkeypatch, version
+):
+    _csvs(tmp_path / "day", **{"a.csv": "x\n", ".h.csv": "x\n", "_p.csv": "x\n"})
+    _csvs(tmp_path / "day" / ".tmp", **{"a.csv": "x\n"})
+    monkeypatch.setattr(sys, "version_info", version)
+    flat = list_landing(f"{tmp_path}/day/*.csv")
+    nested = list_landing(f"{tmp_path}/*/a.csv")
+    monkeypatch.undo()
+    assert [os.path.basename(f) for f in flat.files] == ["a.csv"]
+    assert [(os.path.basename(r.path), r.reason) for r in flat.refused] == [
+        (".h.csv", HIDDEN),
+        ("_p.csv", HIDDEN),
+    ]
+    nested_all = list_landing(f"{tmp_path}/*/*/a.csv")
+    assert [r.path for r in nested_all.refused] == [f"{tmp_path}/day/.tmp/a.csv"]
+    assert nested.files == (f"{tmp_path}/day/a.csv",)
+
+
+def test_refused_landing_files_reach_the_quarantine_table_whatever_the_transform(spark, tmp_path, outside):
+    folder = _csvs(tmp_path / "day", **{"a.csv": "id,x\n1,1.5\n2,2.5\n", ".b.csv": "id,x\n3,3.5\n"})
+    os.symlink(outside / "passwd", folder / "c.csv")
+    uri = str(tmp_path / "t")
+
+    def passthrough(spark, inputs, params):  # knows nothing of refused files
+        return inputs["raw"]
+
+    frames = read_inputs(spark, {"raw": {"path": str(folder), "format": "csv"}})
+    result = write_dataframe(run_transform(spark, passthrough, frames, {}), uri, {"ds": DS})
+    quarantine = lake.open_table(f"{uri}_quarantine").to_pyarrow_table().to_pylist()
+    assert sorted((r["source_file"], r["reason"]) for r in quarantine) == [
+        (f"{folder}/.b.csv", HIDDEN),
+        (f"{folder}/c.csv", SYMLINK),
+    ]
+    assert result.rows_written == 2 and result.rows_quarantined == 2  # max_bad_fraction=0 still commits
+    _assert_no_leak(repr(quarantine), outside)
