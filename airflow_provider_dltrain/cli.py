@@ -86,6 +86,8 @@ def cmd_backfill_report(args: argparse.Namespace) -> int:
     if args.end < args.start:
         print(f"END {args.end} is before START {args.start}", file=sys.stderr)
         return 2
+    if args.plan:
+        return _print_plan(args)
     options = cli_storage_options(args.aws_conn_id, args.storage_option)
     try:
         tracking = cli_tracking(args.tracking_uri, options)
@@ -100,6 +102,20 @@ def cmd_backfill_report(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
         print(format_report(reports))
+    return 0
+
+
+def _print_plan(args: argparse.Namespace) -> int:
+    """``backfill-report --plan``: what a backfill of the range would do, decided as its tasks decide."""
+    import json
+
+    from airflow_provider_dltrain.backfill_plan import format_plan, plan_backfill
+    from airflow_provider_dltrain.backfill_runs import run_outcomes
+    from airflow_provider_dltrain.backfill_views import load_dag, scrubbed
+
+    runs = run_outcomes(args.dag_id, args.start, args.end)
+    plan = plan_backfill(load_dag(args.dag_id), args.start, args.end, runs=runs)
+    print(json.dumps(scrubbed(plan.to_dict()), indent=2) if args.json else format_plan(plan))
     return 0
 
 
@@ -190,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("start", type=_date)
     report.add_argument("end", type=_date)
     report.add_argument("--json", action="store_true", help="one JSON object per date")
+    report.add_argument(
+        "--plan",
+        action="store_true",
+        help="before a backfill: per date, will it skip or recompute (and why), and what it will cost; "
+        "each task decides with its own connections, as the run would",
+    )
     _tracking_option(report)
     report.set_defaults(func=cmd_backfill_report)
     vacuum = sub.add_parser(

@@ -64,6 +64,8 @@ class RerunCheck:
     reason: str  # one line: why it is skipped (which facts matched) or why it runs
     result: dict[str, Any] | None = None
     changed: str = ""  # recorded with the facts: what changed since the last write
+    recorded: dict[str, Any] | None = None  # the facts the last write recorded (what ``facts`` differ from)
+    since: dict[str, Any] | None = None  # that write: table version and the Airflow run that made it
 
     @property
     def skipped(self) -> bool:
@@ -296,10 +298,17 @@ def _decide(
     if recorded is None:
         why = f"its last commit (version {version}) recorded no facts (another tool, or an older release)"
         return RerunCheck(facts, f"{where}: running the stage: {why}", changed="no recorded facts")
+    since = _since(last)
     changed = _changed(recorded, facts)
     if changed:
         why = f"changed since version {version}: {', '.join(changed)}"
-        return RerunCheck(facts, f"{where}: running the stage: {why}", changed=",".join(changed))
+        return RerunCheck(
+            facts,
+            f"{where}: running the stage: {why}",
+            changed=",".join(changed),
+            recorded=recorded,
+            since=since,
+        )
     if last.metadata_changed_since:
         why = f"the table's schema, partitioning or properties changed after version {version}"
         return RerunCheck(facts, f"{where}: running the stage: {why}", changed="table metadata")
@@ -313,7 +322,17 @@ def _decide(
         f"{where} unchanged since version {version}{who}: same {_matched(facts)}; "
         f"returning version {version} (committed: false), no Spark session or job started"
     )
-    return RerunCheck(facts, reason, result=result(last, reason, pairing))
+    return RerunCheck(facts, reason, result=result(last, reason, pairing), recorded=recorded, since=since)
+
+
+def _since(last: LastWrite) -> dict[str, Any]:
+    """The write a decision compares with: its version and the Airflow task that committed it."""
+    keys = ("dag_id", "run_id", "task_id", "try_number")
+    return {
+        "uri": last.ref.uri,
+        "version": last.ref.version,
+        **{k: last.info[f"airflow.{k}"] for k in keys if last.info.get(f"airflow.{k}") is not None},
+    }
 
 
 def _etl_result(last: LastWrite, reason: str, pairing: Any) -> dict[str, Any]:

@@ -205,23 +205,30 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
             metadata=commit_metadata_from(context),
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def rerun_check(self) -> tuple[RerunCheck, ScoringModel, TrackingConfig, dict[str, Any]]:
+        """The model resolved for this run and whether scoring with it would rewrite the partition
+        unchanged: what ``execute`` and the backfill plan both decide with
+        (:func:`~airflow_provider_dltrain.jobs.rerun_check.check_score`); no model is loaded."""
         from airflow_provider_dltrain.etl.inputs import check_filters
         from airflow_provider_dltrain.inference import resolve_scoring_model
+
+        self._check_inputs(rendered=True)
+        ref = self._input_ref()
+        check_filters(self.input_filter, "input_filter")
+        tracking = self._tracking()
+        chosen = resolve_scoring_model(self.model, tracking, self.model_as_of or None, field="model")
+        self.log.info("model %s resolved to %s", self.model, chosen.model_uri)
+        storage = {
+            ref.uri: self._storage_options(self.input_aws_conn_id, ref.uri),
+            self.table_uri: self._storage_options(self.aws_conn_id, self.table_uri),
+        }
+        return self._rerun_check(chosen, ref, storage.get), chosen, tracking, storage
+
+    def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.jobs.stages import run_stage
 
         with fail_fast_on_user_error():
-            self._check_inputs(rendered=True)
-            ref = self._input_ref()
-            check_filters(self.input_filter, "input_filter")
-            tracking = self._tracking()
-            chosen = resolve_scoring_model(self.model, tracking, self.model_as_of or None, field="model")
-            self.log.info("model %s resolved to %s", self.model, chosen.model_uri)
-            storage = {
-                ref.uri: self._storage_options(self.input_aws_conn_id, ref.uri),
-                self.table_uri: self._storage_options(self.aws_conn_id, self.table_uri),
-            }
-            rerun = self._rerun_check(chosen, ref, storage.get)
+            rerun, chosen, tracking, storage = self.rerun_check()
             self.log.info("%s", rerun.reason)
             if rerun.result is not None:  # unchanged: no model load, no Spark session, no job
                 return self._done(context, rerun.result)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import RunSpec
+    from airflow_provider_dltrain.jobs.rerun_check import RerunCheck
 
 ENGINES = ENGINE_NAMES
 __all__ = ["ENGINES", "DeltaWriteOptions", "SparkToDeltaOperator"]
@@ -141,6 +142,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         formats = self.write_options_.get("partition_formats")
         partition = check_partition(self.partition, formats, rendered=True)  # before any work starts
         check_inputs(self.inputs)
+
         # DVC inputs pinned to a commit and md5 once, before Spark: the run, its facts and lineage agree;
         # a moving revision to the commit the partition's last write read (a backfill reads the nightly's)
         def recorded() -> dict[str, Any] | None:
@@ -166,15 +168,22 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
             metadata=commit_metadata_from(context),
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def rerun_check(self, spec: RunSpec) -> RerunCheck:
+        """Whether the run would rewrite its partition unchanged: what ``execute`` and the backfill
+        plan both decide with (:func:`~airflow_provider_dltrain.jobs.rerun_check.check_etl`)."""
         from airflow_provider_dltrain.jobs.rerun_check import check_etl
+
+        local_transform = self.transform if callable(self.transform) else None
+        force = check_force(self.force, rendered=True)
+        return check_etl(spec, self._storage(), transform=local_transform, force=force)
+
+    def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.jobs.stages import run_stage
 
         with fail_fast_on_user_error():
             spec = self.run_spec(context)
             local_transform = self.transform if callable(self.transform) else None
-            force = check_force(self.force, rendered=True)
-            rerun = check_etl(spec, self._storage(), transform=local_transform, force=force)
+            rerun = self.rerun_check(spec)
             self.log.info("%s", rerun.reason)
             if rerun.result is not None:  # unchanged: no Spark session, no job
                 return self._done(context, rerun.result)

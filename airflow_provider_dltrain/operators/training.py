@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.registry.config import TrackingConfig
     from airflow_provider_dltrain.training.request import TrainingRequest
+    from airflow_provider_dltrain.training.skip_check import TrainingCheck
 
 
 class MlflowRunLink(BaseOperatorLink):
@@ -158,7 +159,6 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_dltrain.airflow_compat import AirflowSkipException
-
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook
         from airflow_provider_dltrain.lake.ref import DeltaRef
         from airflow_provider_dltrain.training.runner import run_training_request
@@ -289,62 +289,27 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
 
     def _unchanged(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> str | None:
         """Why training can be skipped (the champion for this cut-off has identical inputs), or None."""
-        from airflow_provider_dltrain.registry import champion_as_of
-        from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
+        check = self.training_check(tracking, ref, hparams, storage)
+        if check.skip_reason is None:
+            self.log.info("%s: training.", check.note or "inputs changed")
+        return check.skip_reason
 
-        name = str(self.skip_if_unchanged)
-        identity = run_identity(
-            self.train_fn, ref, hparams, self.data_filter, storage, code_version=self.code_version or None
+    def training_check(self, tracking: Any, ref: Any, hparams: dict[str, Any], storage: Any) -> TrainingCheck:
+        """The ``skip_if_unchanged`` decision from the rendered fields: what ``execute`` and the
+        backfill plan both decide with (:func:`~airflow_provider_dltrain.training.skip_check.check_training`)."""
+        from airflow_provider_dltrain.training.skip_check import check_training
+
+        return check_training(
+            tracking,
+            str(self.skip_if_unchanged),
+            self.train_fn,
+            ref,
+            hparams,
+            data_filter=self.data_filter,
+            data_cutoff=self.data_cutoff or None,
+            storage_options=storage,
+            code_version=self.code_version or None,
         )
-        cutoff = self.data_cutoff or identity.get("dltrain.data_cutoff")
-        if not cutoff:
-            self.log.info("No data cut-off (data_cutoff or a '<=' partition filter): cannot find a champion.")
-            return None
-        champion = champion_as_of(tracking, name, cutoff)
-        if champion is None:
-            self.log.info("%s has no champion for cut-off %s yet.", name, cutoff)
-        else:
-            changed = [
-                tag.split(".", 1)[1] for tag in IDENTITY_TAGS if champion.tags.get(tag) != identity[tag]
-            ]
-            if not changed:
-                return (
-                    f"data, training code and hyper-parameters are unchanged since {name} "
-                    f"v{champion.version}, the champion for data cut-off {cutoff}"
-                )
-            self.log.info(
-                "Changed since %s v%s (champion for %s): %s.", name, champion.version, cutoff, changed
-            )
-        return self._already_judged(tracking, name, cutoff, identity, IDENTITY_TAGS, champion)
-
-    def _already_judged(
-        self,
-        tracking: Any,
-        name: str,
-        cutoff: str,
-        identity: Mapping[str, str],
-        keys: Sequence[str],
-        champion: Any,
-    ) -> str | None:
-        """A version with identical inputs for this cut-off whose gate already decided: retraining
-        would rebuild the same model and register a duplicate, so skip and say which one it was."""
-        from airflow_provider_dltrain.registry.client import search_versions
-
-        # the versions registered for this cut-off only: one search, whatever the registry's history
-        wanted = f"name = '{name}' and tags.`dltrain.data_cutoff` = '{cutoff}'"
-        for mv in search_versions(tracking.client(), wanted):
-            tags = mv.tags
-            if not tags.get("dltrain.gate.decision"):
-                continue
-            if all(tags.get(key) == identity[key] for key in keys):
-                current = f"v{champion.version}" if champion is not None else "none"
-                return (
-                    f"data, training code and hyper-parameters are unchanged since {name} v{mv.version}, "
-                    f"registered for cut-off {cutoff} and {tags['dltrain.gate.decision']} by the gate "
-                    f"({tags.get('dltrain.gate.reason', '')}); the champion for {cutoff} is {current}"
-                )
-        self.log.info("No registered %s version has these inputs for cut-off %s: training.", name, cutoff)
-        return None
 
 
 def _hparams(value: Any) -> dict[str, Any]:

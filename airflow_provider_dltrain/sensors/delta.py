@@ -158,12 +158,18 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self._last_check = check
         return check
 
-    def poke(self, context: Context) -> bool | PokeReturnValue:
+    def look(self) -> tuple[VersionCheck, dict[str, Any] | None]:
+        """One look at the table, as ``poke`` and the backfill plan take it: the check, and the
+        ``DeltaRef`` dict this run hands on (None while a condition is unmet)."""
         check = self._check()
+        return check, (self._pinned(check.ref) if check.ref is not None else None)
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        check, pinned = self.look()
         self.log.info("%s: %s", check.conditions.table_uri, check.summary())
-        if check.ref is None:
+        if pinned is None:
             return False
-        return PokeReturnValue(is_done=True, xcom_value=self._pinned(check.ref))
+        return PokeReturnValue(is_done=True, xcom_value=pinned)
 
     def execute(self, context: Context) -> Any:
         conditions = self._conditions()
