@@ -13,13 +13,13 @@ keeps out: a file that changed but is not read only costs a recomputation. Limit
 rewritten with the same size, modification time and status-change time (which needs a clock set
 back, or a filesystem with coarse timestamps) looks unchanged, and so does an S3 object replaced by
 one with the same ETag and size (for a single-part upload the ETag is the MD5 of the content: equal
-ETags then mean equal bytes). Paths of another scheme, ``{a,b}`` globs and paths that do not exist
-have no fingerprint: such a run is computed as it would be without this check.
+ETags then mean equal bytes). Globs and ``{a,b}`` alternatives are expanded as the read expands
+them (hidden names and linked folders counted). Paths of another scheme and paths that do not
+exist have no fingerprint: such a run is computed as it would be without this check.
 """
 
 from __future__ import annotations
 
-import glob as globbing
 import hashlib
 import json
 import os
@@ -28,8 +28,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, is_remote, normalize_uri
-
-_GLOB = ("*", "?", "[")
 
 
 @dataclass(frozen=True)
@@ -61,17 +59,18 @@ def listing_fingerprint(path: str, storage_options: StorageOptions | None = None
 
 
 def _local_entries(path: str) -> list[list[Any]] | None:
-    if "{" in path:  # Hadoop's {a,b} alternation: Python's glob would read it otherwise
-        return None
-    roots = sorted(globbing.glob(path)) if any(c in path for c in _GLOB) else [path]
+    from airflow_provider_dltrain.etl.landing_files import glob_matches, has_glob
+
+    # the same expansion the read makes ({a,b} too), hidden names included on every Python version
+    roots = glob_matches(path) if has_glob(path) else [path]
     entries: list[list[Any]] = []
     for root in roots:
-        if os.path.isfile(root):
+        if os.path.islink(root) or os.path.isfile(root):
             entries.append(_stat(root, root))
         elif os.path.isdir(root):
             for directory, _, names in os.walk(root):
                 entries.extend(_stat(os.path.join(directory, n), root) for n in names)
-        elif not any(c in path for c in _GLOB):
+        elif not has_glob(path):
             return None  # nothing there: the run itself says what is missing
     return entries if roots else None
 

@@ -119,6 +119,12 @@ def anchor_of(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(path) or "."
 
 
+def glob_matches(path: str) -> list[str]:
+    """Every path a pattern matches, hidden names and linked folders included (what a listing counts)."""
+    refused: list[RefusedFile] = []
+    return sorted({*_expand(path, anchor_of(path), refused), *(r.path for r in refused)})
+
+
 def has_glob(path: str) -> bool:
     return any(c in path for c in GLOB_CHARS)
 

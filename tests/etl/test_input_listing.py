@@ -1,4 +1,4 @@
-"""Listing fingerprints of raw inputs on S3: key, size and ETag of every object, nothing read."""
+"""Listing fingerprints of raw inputs (S3: key, size and ETag of every object; local: every match of a pattern), nothing read."""
 
 from __future__ import annotations
 
@@ -30,3 +30,18 @@ def test_an_s3_listing_changes_with_the_objects_and_not_with_an_identical_upload
     single = listing_fingerprint(f"{uri}/b.csv", options)
     assert single is not None and single.files == 1
     assert listing_fingerprint(f"s3://{bucket}/landing/missing", options) is None
+
+
+def test_a_listing_of_brace_alternatives_and_globs_counts_hidden_names_on_every_python(tmp_path, monkeypatch):
+    import sys
+
+    for name in ("a/x.csv", "b/y.csv"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x\n1\n")
+    monkeypatch.setattr(sys, "version_info", (3, 10, 12))  # glob drops hidden names there
+    braces, glob = f"{tmp_path}/{{a,b}}", f"{tmp_path}/*/*.csv"
+    before = {p: listing_fingerprint(p) for p in (braces, glob)}
+    assert before[braces] is not None and before[braces].files == 2
+    (tmp_path / "b" / ".late.csv").write_text("x\n2\n")  # refused and quarantined: it must count
+    after = {p: listing_fingerprint(p) for p in (braces, glob)}
+    assert all(after[p].files == 3 and after[p].hash != before[p].hash for p in (braces, glob))
