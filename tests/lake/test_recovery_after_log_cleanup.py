@@ -145,7 +145,7 @@ def test_column_differences_name_added_dropped_retyped_and_repartitioned_columns
     assert column_differences(before, dict(before)) == []
 
 
-def test_a_vacuumed_pin_served_from_the_newest_version_refuses_a_retyped_column_naming_it(tmp_path):
+def test_a_vacuumed_pin_served_from_the_newest_version_refuses_an_added_column_naming_it(tmp_path):
     """Files of v0's h=1 compacted at v1 and vacuumed; v2 adds column y: the compaction's rows are v0's,
     but the newest version's columns are not."""
     uri = str(tmp_path / "t")
