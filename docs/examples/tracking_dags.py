@@ -38,7 +38,9 @@ with DAG(dag_id="docs_dvc", schedule=None, start_date=datetime(2026, 11, 1), cat
                 "dvc": {
                     "repo": "https://github.com/my-org/datasets.git",  # or a local clone's path
                     "path": "events/raw.csv",  # a file added with `dvc add`
-                    "rev": "{{ params.data_rev }}",  # a tag, branch or commit (default HEAD)
+                    # a tag or commit; a branch or HEAD (the default) is pinned per date to the commit
+                    # the date's last write recorded (docs: "A backfill reads what the nightly read")
+                    "rev": "{{ params.data_rev }}",
                 },
                 "format": "csv",
                 "options": {"header": "true"},
