@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_dltrain.testing.fake_aws_process import start_fake_aws
+from airflow_provider_dltrain.testing.fake_aws_process import credentials_for, start_fake_aws
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("glue", "emr", "emr_serverless")
@@ -43,11 +43,6 @@ POLL_S = 0.2
 SLOWDOWN, GRACE_S = 1.2, 5.0
 JOB_TIMEOUT_S = 600.0
 PARTITION = {"ds": "2026-12-01"}
-ENDPOINT_KEYS = {
-    "aws_access_key_id": "testing",
-    "aws_secret_access_key": "testing",
-    "region_name": "us-east-1",
-}
 
 
 def double(spark, inputs, params):
@@ -68,8 +63,9 @@ def _job_env(endpoint: str) -> dict[str, str]:
             "AWS_ALLOW_HTTP": "true",
             "AWS_REGION": "us-east-1",
             "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
+            # the fake's per-start keys (from the 0600 file it wrote), as its jobs get them
+            "AWS_ACCESS_KEY_ID": credentials_for(endpoint)[0],
+            "AWS_SECRET_ACCESS_KEY": credentials_for(endpoint)[1],
             "DLTRAIN_ENGINE": "local-reference",
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
             "PYTHONUNBUFFERED": "1",
@@ -208,8 +204,14 @@ def _measure(endpoint: str, root: Path) -> tuple[dict, dict, list[str]]:
     from airflow_provider_dltrain.engines import get_engine
 
     def clients(service: str) -> Any:
+        key, secret = credentials_for(endpoint)
         return boto3.client(
-            service, endpoint_url=endpoint, config=Config(retries={"max_attempts": 2}), **ENDPOINT_KEYS
+            service,
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            config=Config(retries={"max_attempts": 2}),
         )
 
     bucket = "bench-engines"

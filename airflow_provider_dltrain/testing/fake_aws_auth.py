@@ -8,6 +8,11 @@ unless the request carries a SigV4 signature (``Authorization`` header, or a pre
 signature is recomputed here (AWS's documented algorithm, the one botocore and delta-rs sign with), so
 a caller that knows only the key id is refused too. moto's own ``/moto-api/`` (reset, state transitions)
 is refused like any unsigned request: the fake changes its backends in-process, never over HTTP.
+
+What AWS checks besides the signature is checked too, so a captured request cannot be replayed
+later or with another body: ``X-Amz-Date`` within 15 minutes of the clock (``RequestTimeTooSkewed``),
+a presigned URL's ``X-Amz-Expires`` at most 7 days, and the body against the signed hash, bounded in
+size and, for S3, read only once the signature has passed (``fake_aws_payload``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-import io
 import json
 import uuid
 from collections.abc import Callable, Iterable
@@ -23,8 +27,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, unquote_plus
 
+from airflow_provider_dltrain.testing.fake_aws_payload import (
+    MAX_API_BODY,
+    MAX_S3_BODY,
+    SIGNED_CHUNKS,
+    SIGNED_CHUNKS_TRAILER,
+    UNSIGNED_PAYLOAD,
+    UNSIGNED_TRAILER,
+    ChunkSigner,
+    Refused,
+    claimed_payload,
+    header,
+    read_body,
+    verify_chunks,
+)
+
 ALGORITHM = "AWS4-HMAC-SHA256"
-UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+UNSIGNED = (UNSIGNED_PAYLOAD, UNSIGNED_TRAILER)  # S3 bodies whose bytes no signature covers, as on AWS
+MAX_SKEW = dt.timedelta(minutes=15)  # AWS's limit between X-Amz-Date and its clock
+MAX_EXPIRES_S = 7 * 24 * 3600  # a presigned URL lives at most a week (SigV4)
+WELL_KNOWN_KEY = "testing"  # moto's documented test keys: anyone can guess them
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 # services botocore speaks REST-JSON to without an X-Amz-Target header
 REST_JSON_SERVICES = {"emr-serverless"}
 
@@ -42,33 +65,22 @@ class Credentials:
         return f"Credentials(access_key_id={self.access_key_id!r}, secret_access_key=***)"
 
 
-class Refused(Exception):
-    """A request the gate answers with 403: ``code`` is the AWS error code for an S3 request, or for any
-    other service."""
-
-    def __init__(self, s3_code: str, code: str, message: str) -> None:
-        super().__init__(message)
-        self.s3_code, self.code, self.message = s3_code, code, message
-
-
 def _sign(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
 
+def signing_key(secret: str, scope: str) -> bytes:
+    """SigV4's key for credential scope ``date/region/service/aws4_request``."""
+    date, region, service, terminal = scope.split("/")
+    return _sign(_sign(_sign(_sign(f"AWS4{secret}".encode(), date), region), service), terminal)
+
+
 def signature(secret: str, amz_date: str, scope: str, canonical_request: str) -> str:
     """The SigV4 signature of a canonical request with credential scope ``date/region/service/aws4_request``."""
-    date, region, service, terminal = scope.split("/")
-    key = _sign(_sign(_sign(_sign(f"AWS4{secret}".encode(), date), region), service), terminal)
+    key = signing_key(secret, scope)
     digest = hashlib.sha256(canonical_request.encode()).hexdigest()
     string_to_sign = "\n".join([ALGORITHM, amz_date, scope, digest])
     return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-
-
-def _header(environ: dict[str, Any], name: str) -> str | None:
-    key = name.upper().replace("-", "_")
-    if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-        return environ.get(key)
-    return environ.get(f"HTTP_{key}")
 
 
 def _canonical_query(raw_query: str, drop: str | None = None) -> str:
@@ -89,20 +101,6 @@ def _canonical_uri(raw_path: str, service: str) -> str:
     return path if service == "s3" else quote(path, safe="/~")
 
 
-def _read_body(environ: dict[str, Any]) -> bytes:
-    """The request body, put back as a fresh stream for moto."""
-    stream = environ["wsgi.input"]
-    length = environ.get("CONTENT_LENGTH")
-    body = (
-        stream.read(int(length))
-        if length
-        else (stream.read() if environ.get("wsgi.input_terminated") else b"")
-    )
-    environ["wsgi.input"] = io.BytesIO(body)
-    environ["CONTENT_LENGTH"] = str(len(body))
-    return bytes(body)
-
-
 def _credential_fields(credential: str) -> tuple[str, str]:
     """(access key id, scope) of ``AKID/date/region/service/aws4_request``."""
     access_key, _, scope = credential.partition("/")
@@ -113,36 +111,57 @@ def _credential_fields(credential: str) -> tuple[str, str]:
     return access_key, scope
 
 
-def check(environ: dict[str, Any], credentials: Credentials) -> str:
-    """The service a correctly signed request is for; :class:`Refused` for any other request."""
-    raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or quote(environ.get("PATH_INFO", "/"))
-    raw_path, _, raw_query = raw_uri.partition("?")
+@dataclass(frozen=True)
+class _Signed:
+    """What a request claims: its credential, signed headers, signature, date and canonical query."""
+
+    credential: str
+    signed: str
+    given: str
+    amz_date: str
+    query: str
+    presigned: bool
+
+
+def _signed_parts(environ: dict[str, Any], raw_query: str) -> _Signed:
+    """The SigV4 fields of the ``Authorization`` header or of a presigned URL; Refused if neither."""
     params = dict(part.partition("=")[::2] for part in raw_query.split("&")) if raw_query else {}
-    authorization = _header(environ, "Authorization") or ""
+    authorization = header(environ, "Authorization") or ""
     if authorization.startswith(ALGORITHM + " "):
         fields = dict(
             item.strip().partition("=")[::2] for item in authorization[len(ALGORITHM) + 1 :].split(",")
         )
-        credential, signed, given = (
+        amz_date = header(environ, "X-Amz-Date") or ""
+        _check_date(amz_date, 0)
+        return _Signed(
             fields.get("Credential", ""),
             fields.get("SignedHeaders", ""),
             fields.get("Signature", ""),
+            amz_date,
+            _canonical_query(raw_query),
+            False,
         )
-        amz_date = _header(environ, "X-Amz-Date") or ""
-        query = _canonical_query(raw_query)
-        presigned = False
-    elif "X-Amz-Credential" in params and "X-Amz-Signature" in params:
-        credential, signed = (
+    if "X-Amz-Credential" in params and "X-Amz-Signature" in params:
+        amz_date = unquote(params.get("X-Amz-Date", ""))
+        _check_date(amz_date, _expires(params.get("X-Amz-Expires", "")))
+        return _Signed(
             unquote(params["X-Amz-Credential"]),
             unquote(params.get("X-Amz-SignedHeaders", "")),
+            params["X-Amz-Signature"],
+            amz_date,
+            _canonical_query(raw_query, drop="X-Amz-Signature"),
+            True,
         )
-        given, amz_date = params["X-Amz-Signature"], unquote(params.get("X-Amz-Date", ""))
-        query = _canonical_query(raw_query, drop="X-Amz-Signature")
-        presigned = True
-        _check_expiry(amz_date, params.get("X-Amz-Expires", "0"))
-    else:
-        raise Refused("AccessDenied", "MissingAuthenticationToken", "Request is missing a SigV4 signature")
-    access_key, scope = _credential_fields(credential)
+    raise Refused("AccessDenied", "MissingAuthenticationToken", "Request is missing a SigV4 signature")
+
+
+def check(environ: dict[str, Any], credentials: Credentials) -> str:
+    """The service a correctly signed request is for; :class:`Refused` for any other request. The
+    signature is checked before an S3 body is read, and the body's hash after (see the module)."""
+    raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or quote(environ.get("PATH_INFO", "/"))
+    raw_path, _, raw_query = raw_uri.partition("?")
+    parts = _signed_parts(environ, raw_query)
+    access_key, scope = _credential_fields(parts.credential)
     service = scope.split("/")[2]
     if not hmac.compare_digest(access_key.encode(), credentials.access_key_id.encode()):
         raise Refused(
@@ -150,39 +169,77 @@ def check(environ: dict[str, Any], credentials: Credentials) -> str:
             "InvalidClientTokenId",
             "The AWS Access Key Id you provided does not exist in our records.",
         )
-    names = [n for n in signed.split(";") if n]
-    headers = "".join(f"{n}:{' '.join((_header(environ, n) or '').split())}\n" for n in names)
-    payload = _header(environ, "X-Amz-Content-SHA256")
-    if payload is None:
-        payload = UNSIGNED_PAYLOAD if presigned else hashlib.sha256(_read_body(environ)).hexdigest()
+    claimed = claimed_payload(environ, service, parts.presigned)
+    payload = claimed or read_body(environ, MAX_API_BODY)  # other services sign a hash they don't send
+    names = [n for n in parts.signed.split(";") if n]
+    headers = "".join(f"{n}:{' '.join((header(environ, n) or '').split())}\n" for n in names)
     method = environ.get("REQUEST_METHOD", "GET").upper()
-    canonical = "\n".join([method, _canonical_uri(raw_path, service), query, headers, signed, payload])
-    expected = signature(credentials.secret_access_key, amz_date, scope, canonical)
-    if not hmac.compare_digest(expected.encode(), given.encode()):
+    canonical = "\n".join(
+        [method, _canonical_uri(raw_path, service), parts.query, headers, parts.signed, payload]
+    )
+    expected = signature(credentials.secret_access_key, parts.amz_date, scope, canonical)
+    if not hmac.compare_digest(expected.encode(), parts.given.encode()):
         raise Refused(
             "SignatureDoesNotMatch",
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided. "
             "Check your key and signing method.",
         )
+    if claimed in (SIGNED_CHUNKS, SIGNED_CHUNKS_TRAILER):
+        read_body(environ, MAX_S3_BODY)
+        signer = ChunkSigner(
+            signing_key(credentials.secret_access_key, scope), parts.amz_date, scope, expected
+        )
+        verify_chunks(environ["wsgi.input"], signer, trailer=claimed == SIGNED_CHUNKS_TRAILER)
+    elif claimed is not None and read_body(environ, MAX_S3_BODY) != claimed and claimed not in UNSIGNED:
+        raise Refused(
+            "XAmzContentSHA256Mismatch",
+            "XAmzContentSHA256Mismatch",
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            "400 Bad Request",
+        )
     return service
 
 
-def _check_expiry(amz_date: str, expires: str) -> None:
+def _expires(text: str) -> int:
+    """A presigned URL's X-Amz-Expires in seconds; Refused unless 1 s to 7 days (AWS's bounds)."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_EXPIRES_S:
+        raise Refused(
+            "AuthorizationQueryParametersError",
+            "IncompleteSignature",
+            f"X-Amz-Expires must be a number of seconds from 1 to {MAX_EXPIRES_S} (a week)",
+            "400 Bad Request",
+        )
+    return int(text)
+
+
+def _check_date(amz_date: str, expires_s: int) -> None:
+    """Refused unless ``amz_date`` is within 15 minutes of now (a presigned URL: until it expires)."""
     try:
         signed_at = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
-        seconds = int(expires)
     except ValueError:
+        raise Refused("AccessDenied", "IncompleteSignature", "X-Amz-Date is missing or not a date") from None
+    now = dt.datetime.now(dt.timezone.utc)
+    if signed_at - now > MAX_SKEW:
         raise Refused(
-            "AuthorizationQueryParametersError", "IncompleteSignature", "bad X-Amz-Date/X-Amz-Expires"
-        ) from None
-    if dt.datetime.now(dt.timezone.utc) > signed_at + dt.timedelta(seconds=seconds):
-        raise Refused("AccessDenied", "ExpiredToken", "Request has expired")
+            "RequestTimeTooSkewed",
+            "InvalidSignatureException",
+            "The difference between the request time and the current time is too large.",
+        )
+    if expires_s:
+        if now > signed_at + dt.timedelta(seconds=expires_s):
+            raise Refused("AccessDenied", "ExpiredToken", "Request has expired")
+    elif now - signed_at > MAX_SKEW:
+        raise Refused(
+            "RequestTimeTooSkewed",
+            "InvalidSignatureException",
+            "The difference between the request time and the current time is too large.",
+        )
 
 
 def _service_hint(environ: dict[str, Any]) -> str:
     """The service a (possibly unsigned) request names in its credential scope, if any."""
-    authorization = _header(environ, "Authorization") or ""
+    authorization = header(environ, "Authorization") or ""
     raw = authorization.partition("Credential=")[2] or unquote(
         (environ.get("QUERY_STRING") or "").partition("X-Amz-Credential=")[2]
     )
@@ -194,7 +251,7 @@ def refusal(environ: dict[str, Any], err: Refused) -> tuple[str, list[tuple[str,
     """Status, headers and body of the AWS-style 403 for ``environ``'s protocol."""
     service = _service_hint(environ)
     request_id = str(uuid.uuid4())
-    is_json = bool(_header(environ, "X-Amz-Target")) or "json" in (environ.get("CONTENT_TYPE") or "")
+    is_json = bool(header(environ, "X-Amz-Target")) or "json" in (environ.get("CONTENT_TYPE") or "")
     if service == "s3" or not (is_json or service in REST_JSON_SERVICES):
         code = err.s3_code if service == "s3" else err.code
         body = (
@@ -213,7 +270,7 @@ def refusal(environ: dict[str, Any], err: Refused) -> tuple[str, list[tuple[str,
         ("x-amzn-ErrorType", code),
         ("x-amzn-RequestId", request_id),
     ]
-    return "403 Forbidden", headers, body
+    return err.status, headers, body
 
 
 class SigV4Gate:
@@ -241,12 +298,26 @@ def configure(credentials: Credentials) -> None:
     _configured = credentials
 
 
+def check_listener(ip_address: str, credentials: Credentials) -> None:
+    """ValueError unless the well-known test keys stay on loopback: a listener on any other address
+    (``0.0.0.0``, a Docker network's gateway) runs jobs for whoever reaches it and knows the keys."""
+    if ip_address not in LOOPBACK and WELL_KNOWN_KEY in (
+        credentials.access_key_id,
+        credentials.secret_access_key,
+    ):
+        raise ValueError(
+            f"refusing to listen on {ip_address} with the well-known test keys: whoever reaches that "
+            "address could run code here; start the fake with fresh or own keys"
+        )
+
+
 def gated_server(ip_address: str, port: int) -> Any:
     """A started ``ThreadedMotoServer`` whose every request passes :class:`SigV4Gate` first, with the
-    credentials given to :func:`configure`."""
+    credentials given to :func:`configure`; ValueError for a listener :func:`check_listener` refuses."""
     if _configured is None:
         raise RuntimeError("fake_aws_auth.configure(credentials) must run before a server starts")
     credentials: Credentials = _configured
+    check_listener(ip_address, credentials)
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,

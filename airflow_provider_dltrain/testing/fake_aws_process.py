@@ -2,6 +2,10 @@
 
 ``start_fake_aws(workdir)`` runs ``python -m airflow_provider_dltrain.testing.fake_aws`` and yields a
 :class:`FakeAws`; on exit it stops the server and fails if any job process it started is still alive.
+The fake makes fresh random credentials at every start and hands them over in a file only its user can
+read (mode 0600, ``--env-file``); a process that cannot read that file cannot use the fake. The
+credentials of every fake started by this process are kept by endpoint (:func:`credentials_for`), so
+:func:`client` and :func:`connection_json` need only the endpoint.
 Nothing here imports moto (the child does); boto3 is imported when a client is made.
 """
 
@@ -11,6 +15,7 @@ import contextlib
 import json
 import os
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,11 +25,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 REGION = "us-east-1"
-KEY = "testing"  # the dummy access key id and secret every client of the fake uses
 CONN_ID = "aws"
+ENV_FILE_NAME = "fake_aws.env"
 READY = "READY "
 _CODE_ROOT = Path(__file__).resolve().parents[2]
 # Live resources, by service: what the leak check reports (all cost money on real AWS).
@@ -32,52 +37,93 @@ EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
 EC2_LIVE = ["pending", "running", "stopping", "stopped"]
 ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
+Keys = tuple[str, str]  # (access key id, secret access key)
+# the credentials of every fake this process started, by endpoint (read from its 0600 file)
+_STARTED: dict[str, Keys] = {}
+
+
+def credentials_for(endpoint: str) -> Keys:
+    """The credentials of the fake at ``endpoint``, which this process started; ValueError otherwise."""
+    try:
+        return _STARTED[endpoint]
+    except KeyError:
+        raise ValueError(
+            f"no fake AWS at {endpoint} was started by this process, so its credentials are unknown: "
+            "pass credentials=, read from the --env-file the fake wrote"
+        ) from None
+
+
+def read_env_file(path: str | Path) -> dict[str, str]:
+    """The ``export NAME=value`` lines of a file such as ``dltrain fake-aws --env-file`` writes."""
+    env = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line.startswith("export "):
+            name, _, value = line[len("export ") :].partition("=")
+            env[name] = " ".join(shlex.split(value))
+    return env
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600 from the first byte; never through a
+    link)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the file may have existed with a wider mode
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def connection_extra(endpoint: str) -> dict[str, str]:
     return {"endpoint_url": endpoint, "region_name": REGION}
 
 
-def connection_json(endpoint: str) -> str:
+def connection_json(endpoint: str, credentials: Keys | None = None) -> str:
     """An Airflow ``aws`` connection to the fake, as the JSON an ``AIRFLOW_CONN_*`` variable holds."""
-    conn = {"conn_type": "aws", "login": KEY, "password": KEY, "extra": connection_extra(endpoint)}
+    key, secret = credentials or credentials_for(endpoint)
+    conn = {"conn_type": "aws", "login": key, "password": secret, "extra": connection_extra(endpoint)}
     return json.dumps(conn)
 
 
-def connection_uri(endpoint: str) -> str:
+def connection_uri(endpoint: str, credentials: Keys | None = None) -> str:
     """The same connection as an Airflow connection URI."""
-    return f"aws://{KEY}:{KEY}@/?{urlencode(connection_extra(endpoint))}"
+    key, secret = (quote(v, safe="") for v in credentials or credentials_for(endpoint))
+    return f"aws://{key}:{secret}@/?{urlencode(connection_extra(endpoint))}"
 
 
-def client_env(endpoint: str) -> dict[str, str]:
+def client_env(endpoint: str, credentials: Keys | None = None) -> dict[str, str]:
     """What points Airflow (connection ``aws``), boto3 and delta-rs in this process at the fake."""
+    key, secret = credentials or credentials_for(endpoint)
     return {
-        f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(endpoint),
+        f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(endpoint, (key, secret)),
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ALLOW_HTTP": "true",  # delta-rs refuses http:// endpoints otherwise
-        "AWS_ACCESS_KEY_ID": KEY,
-        "AWS_SECRET_ACCESS_KEY": KEY,
+        "AWS_ACCESS_KEY_ID": key,
+        "AWS_SECRET_ACCESS_KEY": secret,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_REGION": REGION,
     }
 
 
-# a profile or a session token would win over the dummy keys in some SDKs
+# a profile or a session token would win over the fake's keys in some SDKs
 CLIENT_ENV_UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3")
 
 
-def client(service: str, endpoint: str, *, credentials: tuple[str, str] = (KEY, KEY)) -> Any:
+def client(service: str, endpoint: str, *, credentials: Keys | None = None) -> Any:
     """A boto3 client of ``service`` on the fake (no retries: moto answers at once or not at all),
-    signing with ``credentials`` (the test keys the fixtures start the fake with, by default)."""
+    signing with ``credentials`` (by default those of the fake this process started there)."""
     import boto3
     from botocore.config import Config
 
+    key, secret = credentials or credentials_for(endpoint)
     return boto3.client(
         service,
         endpoint_url=endpoint,
         region_name=REGION,
-        aws_access_key_id=credentials[0],
-        aws_secret_access_key=credentials[1],
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 1}),
     )
 
@@ -91,26 +137,40 @@ class FakeAws:
     pid_file: Path | None = None
     # container mode: the label value of every container and network the fake creates
     instance: str | None = None
+    # the 0600 file the fake wrote its credentials (and the export lines) to
+    env_file: Path | None = None
+
+    @property
+    def credentials(self) -> Keys:
+        """(access key id, secret access key): the only keys the fake accepts."""
+        return credentials_for(self.endpoint_url)
 
     @property
     def conn_id(self) -> str:
         return CONN_ID
 
     @property
+    def instance_profile(self) -> str:
+        """The instance profile the fake created for EC2 nodes (``engine_options["instance_profile"]``)."""
+        from airflow_provider_dltrain.testing.fake_aws import INSTANCE_PROFILE
+
+        return INSTANCE_PROFILE
+
+    @property
     def conn_uri(self) -> str:
-        return connection_uri(self.endpoint_url)
+        return connection_uri(self.endpoint_url, self.credentials)
 
     @property
     def conn_json(self) -> str:
-        return connection_json(self.endpoint_url)
+        return connection_json(self.endpoint_url, self.credentials)
 
     @property
     def env(self) -> dict[str, str]:
         """``AIRFLOW_CONN_AWS`` and the ``AWS_*`` variables for a process that should use the fake."""
-        return client_env(self.endpoint_url)
+        return client_env(self.endpoint_url, self.credentials)
 
     def client(self, service: str) -> Any:
-        return client(service, self.endpoint_url)
+        return client(service, self.endpoint_url, credentials=self.credentials)
 
     def create_bucket(self, name: str) -> str:
         self.client("s3").create_bucket(Bucket=name)
@@ -162,11 +222,13 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _server_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
-    # the fake accepts only requests signed with the test keys, which every client here uses
-    env["DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"] = KEY
-    env["DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"] = KEY
+def _server_env(credentials: Keys | None) -> dict[str, str]:
+    from airflow_provider_dltrain.testing.fake_aws import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+    dropped = ("AWS_ENDPOINT_URL", "AWS_PROFILE", ACCESS_KEY_ENV, SECRET_KEY_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    if credentials is not None:  # the caller's own; by default the fake makes fresh ones
+        env[ACCESS_KEY_ENV], env[SECRET_KEY_ENV] = credentials
     # the server (and so its jobs) runs the provider code this process imported, a clone included
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     if str(_CODE_ROOT) not in installed:
@@ -190,19 +252,24 @@ def start_fake_aws(
     timeout: float = 60.0,
     images: dict[str, str] | None = None,
     shares: list[Path] | tuple[Path, ...] = (),
+    credentials: Keys | None = None,
 ) -> Iterator[FakeAws]:
     """Run the fake AWS until the ``with`` block ends, its log and job directories under ``workdir``.
 
     On exit the server is stopped (it kills its jobs); an ``AssertionError`` then names any job process
     still alive (after killing it). Jobs' stdout/stderr stay in ``workdir/jobs/<engine>-*/``.
     With ``images`` (``{"glue": tag, "emr": tag, "train": tag}``) jobs run in containers, ``shares``
-    mounted in each; the exit also fails if a container or network of the fake is left.
+    mounted in each; the exit also fails if a container or network of the fake is left. The fake
+    makes fresh credentials (``credentials``, when given, are used instead) and writes them to
+    ``workdir/fake_aws.env`` (mode 0600), read back here.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     log_path, pid_file = workdir / "fake_aws.log", workdir / "job_pids.txt"
+    env_file = workdir / ENV_FILE_NAME
     pid_file.unlink(missing_ok=True)  # ids of an earlier run's jobs may belong to other processes now
+    env_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--port", "0"]
-    cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file)]
+    cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file), "--env-file", str(env_file)]
     cmd += ["--verbose"] if verbose else []
     instance = None
     if images:
@@ -212,20 +279,24 @@ def start_fake_aws(
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             cmd,
-            env=_server_env(),
+            env=_server_env(credentials),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,  # a Ctrl-C of the caller reaches the caller, which then stops us
         )
-    failed = False
+    failed, endpoint = False, ""
     try:
-        yield FakeAws(_read_ready(proc, log_path, timeout), log_path, pid_file, instance)
+        endpoint = _read_ready(proc, log_path, timeout)
+        exported = read_env_file(env_file)
+        _STARTED[endpoint] = (exported["AWS_ACCESS_KEY_ID"], exported["AWS_SECRET_ACCESS_KEY"])
+        yield FakeAws(endpoint, log_path, pid_file, instance, env_file)
     except BaseException:
         failed = True
         raise
     finally:
         _stop(proc)
+        _STARTED.pop(endpoint, None)
         left = _kill_left_over(pid_file)
         left_containers = container_leaks(instance) if instance else []
         if left_containers:  # remove them whatever happened, and say so below
@@ -294,7 +365,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def leaks(endpoint: str) -> list[str]:
-    """Every cloud resource on the fake AWS still alive (costing money, on real AWS)."""
+    """Every cloud resource on the fake AWS (started by this process) still alive (costing money, on
+    real AWS)."""
     found: list[str] = []
     emr = client("emr", endpoint)
     for page in emr.get_paginator("list_clusters").paginate(ClusterStates=EMR_LIVE):

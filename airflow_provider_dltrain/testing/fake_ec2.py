@@ -15,7 +15,9 @@ on a Docker network of this fake (one /24 subnet, picked free), with its own add
 the network's addresses as the instances' ``PrivateIpAddress``, so the engine's master address and
 Horovod's host list are real addresses of real hosts, and nothing in the user data is rewritten. The
 container boots as an AMI would (sshd up, then the user data as root), reaches the fake AWS on the
-network's gateway (a second listener of the same moto), and terminating the instance removes it.
+network's gateway (a second listener of the same moto, with the same per-start keys, which the
+container gets in its environment; ``gated_server`` refuses that listener with the well-known test
+keys), and terminating the instance removes it.
 """
 
 # This module patches moto's classes in place: methods are replaced and attributes added.

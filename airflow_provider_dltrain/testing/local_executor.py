@@ -164,11 +164,12 @@ class LocalCloudExecutor:
     def __init__(
         self,
         endpoint: str,
+        *,
+        credentials: tuple[str, str],
         poll_s: float = 0.1,
         workdir: Path | None = None,
         pid_file: Path | None = None,
         containers: ContainerMode | None = None,
-        credentials: tuple[str, str] = ("testing", "testing"),
     ) -> None:
         self.endpoint = endpoint
         # (access key id, secret): what the fake accepts, and so what its jobs reach it with

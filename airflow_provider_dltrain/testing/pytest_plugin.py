@@ -2,10 +2,11 @@
 
 * ``fake_aws`` (per test): the session's fake AWS (``dltrain fake-aws``, started once in a child
   process), with this process pointed at it for the test: ``AIRFLOW_CONN_AWS`` (connection id ``aws``),
-  ``AWS_ENDPOINT_URL``, dummy keys and region (child processes such as ``airflow dags test`` inherit
-  them), restored when the test ends, so tests that do not ask for it never talk to the fake. Yields a :class:`~airflow_provider_dltrain.testing.fake_aws_process.FakeAws`: ``endpoint_url``,
+  ``AWS_ENDPOINT_URL``, the fake's keys (fresh random ones for each session, read from the 0600 file
+  the fake wrote) and region (child processes such as ``airflow dags test`` inherit them), restored
+  when the test ends, so tests that do not ask for it never talk to the fake. Yields a :class:`~airflow_provider_dltrain.testing.fake_aws_process.FakeAws`: ``endpoint_url``,
   ``conn_uri``, ``conn_json``, ``env``, ``client(service)``, ``create_bucket(name)``,
-  ``create_emr_serverless_app(name)`` (its id), ``leaks()``.
+  ``create_emr_serverless_app(name)`` (its id), ``leaks()``, ``credentials``, ``env_file``.
 * ``fake_aws_server`` (session): the same server without touching the environment.
 * ``ray_cluster`` (per test module): a 2-node Ray cluster on 127.0.0.1 started with ``ray start``
   (:func:`~airflow_provider_dltrain.testing.ray_cluster.local_ray_cluster`); its nodes get the

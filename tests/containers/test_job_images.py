@@ -49,9 +49,8 @@ def cloud(containers_aws, monkeypatch):
     s3 = aws_client("s3", endpoint)
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="landing/raw.csv", Body=b"id,x\n1,1.5\n2,2.5\n3,-1\n")
-    storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=endpoint
-    )
+    key, secret = containers_aws.credentials
+    storage = s3_storage_options(access_key=key, secret_key=secret, region="us-east-1", endpoint_url=endpoint)
     yield {"endpoint": endpoint, "bucket": bucket, "storage": storage, "s3": s3}
 
 

@@ -12,7 +12,7 @@ from botocore.config import Config
 from airflow_provider_dltrain.engines import RunIdentity
 from airflow_provider_dltrain.engines.base import StagedRun
 from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-from airflow_provider_dltrain.testing.fake_aws_process import connection_json
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for
 
 # The EC2 tests' entry: an all-reduce across the ranks (the real entry is tested with the operator).
 EC2_ENTRY = Path(__file__).with_name("ec2_entry.py")
@@ -22,12 +22,14 @@ TEST_CONFIG = Config(retries={"max_attempts": 1})
 
 
 def aws_client(service: str, endpoint: str):
+    """A client of the fake this process started at ``endpoint``, signing with its per-start keys."""
+    key, secret = credentials_for(endpoint)
     return boto3.client(
         service,
         endpoint_url=endpoint,
         region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
         config=TEST_CONFIG,
     )
 

@@ -25,6 +25,8 @@ from datetime import date
 import pytest
 from engine_helpers import aws_client, submitted
 
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for
+
 pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 24)
@@ -39,12 +41,7 @@ def lake_on_s3(aws_leak_check, tmp_path, monkeypatch):
     aws_client("s3", endpoint).create_bucket(Bucket=bucket)
     es = aws_client("emr-serverless", endpoint)
     app = es.create_application(name="dltrain", releaseLabel="emr-7.5.0", type="SPARK")["applicationId"]
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
+    conn = json.loads(connection_json(endpoint))  # the fake's per-start keys
     monkeypatch.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(conn))
     monkeypatch.setenv("DLTRAIN_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DLTRAIN_LAKE_URI", f"s3://{bucket}/lake")
@@ -113,8 +110,9 @@ def test_nightly_on_glue_then_the_same_date_on_emr_serverless_gives_the_same_ans
     from airflow_provider_dltrain.lake.storage import s3_storage_options
 
     seed(paths.landing(), DAY, 1, per_day=120)
+    key, secret = credentials_for(lake_on_s3["endpoint"])
     storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=lake_on_s3["endpoint"]
+        access_key=key, secret_key=secret, region="us-east-1", endpoint_url=lake_on_s3["endpoint"]
     )
     options = lake_on_s3["options"]
     runs = [("dltrain_ingest", DS, None), ("dltrain_retrain", DS, {"hparams": FAST})]

@@ -14,6 +14,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.lake.storage import s3_storage_options
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for
 
 CONN = "aws_fake"
 # every test starts cloud jobs (a Spark process each) on the fake AWS: not for make test-quick
@@ -24,12 +25,7 @@ pytestmark = pytest.mark.slow
 def cloud(aws_leak_check, monkeypatch, tmp_path):
     """A bucket with a CSV input, an Airflow aws connection to the fake, and engine options per engine."""
     endpoint = aws_leak_check
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
+    conn = json.loads(connection_json(endpoint))  # the fake's per-start keys
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
     bucket = f"lake-{uuid.uuid4().hex[:10]}"
     s3 = aws_client("s3", endpoint)
@@ -56,9 +52,8 @@ def cloud(aws_leak_check, monkeypatch, tmp_path):
             "log_uri": f"s3://{bucket}/serverless-logs",
         },
     }
-    storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=endpoint
-    )
+    key, secret = credentials_for(endpoint)
+    storage = s3_storage_options(access_key=key, secret_key=secret, region="us-east-1", endpoint_url=endpoint)
     yield {"endpoint": endpoint, "bucket": bucket, "options": options, "storage": storage, "app": app}
     es.stop_application(applicationId=app)
     es.delete_application(applicationId=app)
@@ -231,7 +226,7 @@ def test_a_retry_after_a_worker_crash_reattaches_to_the_running_job_which_commit
     lines = summary.splitlines()
     assert lines[1:3] == [f"  table {result['uri']} version 0: committed", "  rows: 3 written, 0 quarantined"]
     assert len(lines) == 4 and lines[3].startswith("  logs: ") and _log_places(cloud, engine, ids) in lines[3]
-    assert "testing" not in summary  # no credentials
+    assert credentials_for(cloud["endpoint"])[1] not in summary  # no credentials
     table = DeltaTable(result["uri"], storage_options=cloud["storage"])
     rows = sorted(table.to_pyarrow_table().select(["id", "x2", "ds"]).to_pylist(), key=lambda r: r["id"])
     assert rows == [
@@ -258,7 +253,7 @@ def test_deferrable_waits_in_the_triggerer_and_resumes_with_the_result(cloud):
         op.execute(context)
     trigger = deferred.value.trigger
     kwargs = trigger.serialize()[1]
-    assert "testing" not in json.dumps(kwargs)  # connection id only, never credentials
+    assert credentials_for(cloud["endpoint"])[1] not in json.dumps(kwargs)  # connection id only
     assert kwargs["aws_conn_id"] == CONN
 
     async def first_event():

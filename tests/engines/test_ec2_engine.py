@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from engine_helpers import aws_client, staged_ec2_run
+from engine_helpers import aws_client, aws_connection, staged_ec2_run
 
 from airflow_provider_dltrain.engines import JobFailedError, RunIdentity, outcome, wait
 from airflow_provider_dltrain.engines.base import StagedRun
@@ -210,13 +210,7 @@ def test_reaper_and_teardown_task_terminate_only_instances_of_their_task(ec2_env
         outcomes = {o.resource.id: o.action for o in reap(ec2_env["clients"], lambda who: who == live)}
         assert outcomes == {dead_ids[0]: "terminated", dead_ids[1]: "terminated", live_ids[0]: "kept"}
 
-        conn = {
-            "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
-            "extra": {"endpoint_url": ec2_env["endpoint"], "region_name": "us-east-1"},
-        }
-        monkeypatch.setenv("AIRFLOW_CONN_AWS_FAKE", json.dumps(conn))
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_FAKE", aws_connection(ec2_env["endpoint"]))
         teardown = Ec2ClusterTeardownOperator(
             task_id="ec2_teardown", train_task_id="train", aws_conn_id="aws_fake"
         )

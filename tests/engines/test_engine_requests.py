@@ -15,6 +15,7 @@ from engine_helpers import aws_client
 from airflow_provider_dltrain.engines import RunIdentity, RunSpec, get_engine
 from airflow_provider_dltrain.engines.base import StagedRun
 from airflow_provider_dltrain.exceptions import InvalidSpecError
+from airflow_provider_dltrain.testing.fake_aws_process import credentials_for
 
 ID = RunIdentity(dag_id="nightly", run_id="scheduled__2026-11-28", task_id="ingest", try_number=2)
 SPEC = RunSpec(
@@ -174,8 +175,8 @@ def test_entry_point_as_a_process_ignores_glue_arguments_and_writes_its_result(f
         "AWS_ENDPOINT_URL": fake_aws_endpoint,
         "AWS_ALLOW_HTTP": "true",
         "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ACCESS_KEY_ID": credentials_for(fake_aws_endpoint)[0],
+        "AWS_SECRET_ACCESS_KEY": credentials_for(fake_aws_endpoint)[1],
         "PYTHONPATH": str(Path.cwd()),
     }
     out = subprocess.run(

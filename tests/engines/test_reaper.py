@@ -6,7 +6,6 @@ Every test uses ``aws_leak_check``: it fails if anything is left alive, so what 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from reap_cloud import DAG_ID, ROLE, RUN_ID, Cloud, alive, wait_for, who
 
 from airflow_provider_dltrain.engines.reaper import find_resources, parse_duration, reap
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for
 
 CONN = "aws_fake"
 
@@ -144,6 +144,8 @@ def no_db_env(tmp_path):
 def test_cli_reaps_by_age_when_there_is_no_airflow_db(cloud, leaked, no_db_env):
     jobs, _untagged = leaked
     endpoint = ["--endpoint-url", cloud.endpoint, "--region", "us-east-1"]
+    # the fake's per-start keys, as a shell that sourced its --env-file has them
+    no_db_env["AWS_ACCESS_KEY_ID"], no_db_env["AWS_SECRET_ACCESS_KEY"] = credentials_for(cloud.endpoint)
     emr_cluster = jobs["emr"][1].ids["cluster_id"]
     glue_run = "{job_name}/{job_run_id}".format(**jobs["glue"][1].ids)
     es_run = "{application_id}/{job_run_id}".format(**jobs["emr_serverless"][1].ids)
@@ -199,9 +201,7 @@ class SdkTaskInstance:
 
 @pytest.fixture
 def aws_conn(cloud, monkeypatch):
-    extra = {"endpoint_url": cloud.endpoint, "region_name": "us-east-1"}
-    conn = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", connection_json(cloud.endpoint))
     return CONN
 
 
@@ -331,6 +331,7 @@ def test_reaper_as_a_teardown_in_a_real_dag_run_then_the_cli_asks_the_metadata_d
     # The CLI with the same metadata DB: the reaper's task is running again → kept; finished → reaped.
     run_id, endpoint = tags["dltrain:run_id"], ["--endpoint-url", cloud.endpoint, "--region", "us-east-1"]
     cli_env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    cli_env["AWS_ACCESS_KEY_ID"], cli_env["AWS_SECRET_ACCESS_KEY"] = credentials_for(cloud.endpoint)
     _set_task_state("dltrain_reap_e2e", run_id, "reap", "running")
     kept = _dltrain("reap", *endpoint, env=cli_env)
     assert kept.returncode == 0, kept.stderr

@@ -18,6 +18,8 @@ from unittest import mock
 import pytest
 from engine_helpers import aws_client, aws_connection
 
+from airflow_provider_dltrain.testing.fake_aws_process import credentials_for
+
 pytestmark = pytest.mark.slow
 
 CONN, MLFLOW_CONN = "aws_sm", "mlflow_sm"
@@ -36,8 +38,9 @@ def sm_lake(fake_aws_endpoint):
 
     bucket = f"sm-{uuid.uuid4().hex[:10]}"
     aws_client("s3", fake_aws_endpoint).create_bucket(Bucket=bucket)
+    key, secret = credentials_for(fake_aws_endpoint)
     storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=fake_aws_endpoint
+        access_key=key, secret_key=secret, region="us-east-1", endpoint_url=fake_aws_endpoint
     )
     ref = None
     for i, day in enumerate(DAYS):
@@ -508,8 +511,8 @@ def test_run_training_trains_on_sagemaker_and_ec2_from_a_process_without_airflow
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL": sm["endpoint"],
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ACCESS_KEY_ID": credentials_for(sm["endpoint"])[0],
+        "AWS_SECRET_ACCESS_KEY": credentials_for(sm["endpoint"])[1],
         "AWS_DEFAULT_REGION": "us-east-1",
         "MLFLOW_TRACKING_TOKEN": SECRET_TOKEN,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),

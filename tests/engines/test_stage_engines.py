@@ -15,7 +15,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.lake.storage import s3_storage_options
-from airflow_provider_dltrain.testing.fake_aws_process import leaks
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for, leaks
 
 CONN = "aws_fake_stage"
 ENGINES = ["sagemaker_processing", "ec2"]
@@ -29,12 +29,7 @@ slow = pytest.mark.slow
 def cloud(fake_aws_endpoint):
     """One bucket with a CSV input and an Airflow aws connection to the fake, for the whole module."""
     endpoint = fake_aws_endpoint
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
+    conn = json.loads(connection_json(endpoint))  # the fake's per-start keys
     bucket = f"stage-{uuid.uuid4().hex[:10]}"
     s3 = aws_client("s3", endpoint)
     s3.create_bucket(Bucket=bucket)
@@ -52,9 +47,8 @@ def cloud(fake_aws_endpoint):
             "max_minutes": 30,
         },
     }
-    storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=endpoint
-    )
+    key, secret = credentials_for(endpoint)
+    storage = s3_storage_options(access_key=key, secret_key=secret, region="us-east-1", endpoint_url=endpoint)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
         yield {"endpoint": endpoint, "bucket": bucket, "options": options, "storage": storage}
@@ -262,7 +256,7 @@ def test_a_retry_after_a_worker_crash_reattaches_to_the_job_which_commits_the_pa
     else:
         assert lines[3].endswith("/logs/node-0.log")
         assert job["console_url"].endswith(f"#Instances:tag:dltrain:job={job['ids']['job_name']}")
-    assert "testing" not in summary  # no credentials
+    assert credentials_for(cloud["endpoint"])[1] not in summary  # no credentials
     table = DeltaTable(result["uri"], storage_options=cloud["storage"])
     rows = sorted(table.to_pyarrow_table().select(["id", "x2"]).to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 1, "x2": 3.0}, {"id": 2, "x2": 5.0}, {"id": 3, "x2": -2.0}]
@@ -352,7 +346,7 @@ def test_a_deferred_task_reattaches_on_retry_and_a_kill_in_the_triggerer_stops_t
     # the second try found the deferred first try's job: one job, one handle
     assert _jobs(cloud, engine) == before + 1
     assert deferred[0].handle["ids"] == deferred[1].handle["ids"]
-    assert "testing" not in json.dumps(deferred[1].serialize()[1])  # connection id only
+    assert credentials_for(cloud["endpoint"])[1] not in json.dumps(deferred[1].serialize()[1])
     handle = ops[1]._job[1]
     _running(ops[1])
     asyncio.run(deferred[1].on_kill())

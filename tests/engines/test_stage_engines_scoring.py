@@ -14,7 +14,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.lake.storage import s3_storage_options
-from airflow_provider_dltrain.testing.fake_aws_process import leaks
+from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for, leaks
 
 AWS_CONN, MLFLOW_CONN = "aws_fake_scoring", "mlflow_fake_scoring"
 ENGINES = ["sagemaker_processing", "ec2"]
@@ -126,9 +126,8 @@ def scored(fake_aws_endpoint, tmp_path_factory):
     tracking, module = _register_champion(tmp_path_factory.mktemp("stage-scoring-mlflow"))
     bucket = f"score-{uuid.uuid4().hex[:10]}"
     aws_client("s3", endpoint).create_bucket(Bucket=bucket)
-    storage = s3_storage_options(
-        access_key="testing", secret_key="testing", region="us-east-1", endpoint_url=endpoint
-    )
+    key, secret = credentials_for(endpoint)
+    storage = s3_storage_options(access_key=key, secret_key=secret, region="us-east-1", endpoint_url=endpoint)
     x = _features()
     flat = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), N_FEATURES).cast(pa.list_(pa.float32()))
     input_uri = f"s3://{bucket}/lake/features"
@@ -155,12 +154,7 @@ def scored(fake_aws_endpoint, tmp_path_factory):
             "ec2": {"staging_uri": staging, "image_id": "ami-0abcdef1234567890", "max_minutes": 30},
         },
     }
-    aws = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
+    aws = json.loads(connection_json(endpoint))  # the fake's per-start keys
     runs: dict[str, dict] = {engine: {"before": _jobs(cloud, engine)} for engine in ENGINES}
 
     def run(engine):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from airflow_provider_dltrain.testing.fake_aws_process import READY, client, live_job_groups
+from airflow_provider_dltrain.testing.fake_aws_process import READY, client, live_job_groups, read_env_file
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "airflow_provider_dltrain"
@@ -65,19 +64,21 @@ def test_the_command_creates_buckets_and_apps_prints_the_connection_and_stops_it
         endpoint = lines[-1].split()[1]
         assert endpoint.startswith("http://127.0.0.1:")
         assert "bucket: s3://my-lake" in lines
+        # fresh keys, in a file only this user reads: the secret is printed nowhere else
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        exported = read_env_file(env_file)
+        keys = (exported["AWS_ACCESS_KEY_ID"], exported["AWS_SECRET_ACCESS_KEY"])
+        assert "testing" not in keys and keys[1] not in "\n".join(lines)
         (app_line,) = [line for line in lines if line.startswith("EMR Serverless application spark: ")]
-        (app,) = client("emr-serverless", endpoint).list_applications()["applications"]
+        (app,) = client("emr-serverless", endpoint, credentials=keys).list_applications()["applications"]
         assert (app["name"], app["id"]) == ("spark", app_line.rsplit(" ", 1)[1])
-        (export,) = [line for line in lines if line.startswith("export AIRFLOW_CONN_AWS='")]
-        conn = json.loads(export[len("export AIRFLOW_CONN_AWS='") : -1])
-        assert conn["extra"] == {"endpoint_url": endpoint, "region_name": "us-east-1"}
-        (uri_line,) = [line for line in lines if line.startswith("Airflow connection 'aws' (URI): ")]
-        parsed = Connection(conn_id="aws", uri=uri_line.split(": ", 1)[1])
-        assert (parsed.conn_type, parsed.login, parsed.extra_dejson) == ("aws", "testing", conn["extra"])
-        # the AWS_* exports, printed and in --env-file: a shell, notebook or Ray node that sources the
-        # file alone (no profile, no endpoint of its own) reaches the fake with boto3
+        conn = Connection(conn_id="aws", uri=Connection.from_json(exported["AIRFLOW_CONN_AWS"]).get_uri())
+        assert (conn.conn_type, conn.login, conn.password) == ("aws", *keys)
+        assert conn.extra_dejson == {"endpoint_url": endpoint, "region_name": "us-east-1"}
+        # the AWS_* exports, printed (without the secret) and in --env-file: a shell, notebook or Ray
+        # node that sources the file alone (no profile, no endpoint of its own) reaches the fake
         exports = [line for line in lines if line.startswith("export ")]
-        assert env_file.read_text().splitlines() == exports
+        assert set(exports) < set(env_file.read_text().splitlines())
         assert f"export AWS_ENDPOINT_URL={endpoint}" in exports and "export AWS_REGION=us-east-1" in exports
         bare = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
         listed = subprocess.run(
@@ -87,7 +88,7 @@ def test_the_command_creates_buckets_and_apps_prints_the_connection_and_stops_it
         assert listed.stdout.split() == ["my-lake"]
 
         # a Glue job that runs until it is stopped: Ctrl-C must stop it with the server
-        s3, glue = client("s3", endpoint), client("glue", endpoint)
+        s3, glue = client("s3", endpoint, credentials=keys), client("glue", endpoint, credentials=keys)
         s3.put_object(Bucket="my-lake", Key="sleep.py", Body=SLEEPER.encode())
         glue.create_job(
             Name="sleeper",
@@ -118,6 +119,24 @@ def test_a_bad_bucket_name_is_refused_with_the_option_before_anything_starts():
         proc.kill()
     assert proc.returncode == 2 and READY not in out
     assert "argument --bucket: 'My_Lake' is not an S3 bucket name" in err
+
+
+def test_own_keys_go_to_the_env_file_with_the_airflow_connection_and_never_to_stdout(tmp_path, capsys):
+    from airflow.models.connection import Connection
+
+    from airflow_provider_dltrain.testing.fake_aws import _print_connection
+
+    env_file = tmp_path / "own.env"
+    env_file.write_text("old")
+    env_file.chmod(0o644)  # written again 0600, whatever the file was
+    _print_connection("http://127.0.0.1:9", ["lake"], {}, ("OWNKEY", "own-s3cret/+="), env_file)
+    out = capsys.readouterr().out
+    assert "own-s3cret" not in out and str(env_file) in out and out.endswith("READY http://127.0.0.1:9\n")
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    exported = read_env_file(env_file)
+    assert (exported["AWS_ACCESS_KEY_ID"], exported["AWS_SECRET_ACCESS_KEY"]) == ("OWNKEY", "own-s3cret/+=")
+    conn = Connection.from_json(exported["AIRFLOW_CONN_AWS"])
+    assert (conn.login, conn.password) == ("OWNKEY", "own-s3cret/+=")
 
 
 def test_the_cli_and_the_plugin_import_neither_moto_nor_boto3():

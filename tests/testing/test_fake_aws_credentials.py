@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from airflow_provider_dltrain.testing.fake_aws import credentials_from_env
-from airflow_provider_dltrain.testing.fake_aws_process import KEY, FakeAws, client, start_fake_aws
+from airflow_provider_dltrain.testing.fake_aws_process import FakeAws, client, start_fake_aws
 
 ROLE = "arn:aws:iam::123456789012:role/Glue"
 # writes its environment where its argument says: proof that it ran, and of what it saw
@@ -50,12 +52,14 @@ def _refused(call, code: str | None = None) -> ClientError:
     ("keys", "glue_code", "s3_code"),
     [
         (("nobody", "wrong"), "UnrecognizedClientException", "InvalidAccessKeyId"),
-        ((KEY, "wrong"), "SignatureDoesNotMatch", "SignatureDoesNotMatch"),
+        ((None, "wrong"), "SignatureDoesNotMatch", "SignatureDoesNotMatch"),
+        (("testing", "testing"), "UnrecognizedClientException", "InvalidAccessKeyId"),
     ],
-    ids=["unknown-key", "known-key-wrong-secret"],
+    ids=["unknown-key", "known-key-wrong-secret", "well-known-test-keys"],
 )
 def test_a_call_with_other_credentials_is_refused_and_runs_nothing(fake, tmp_path, keys, glue_code, s3_code):
     out = tmp_path / "ran.json"
+    keys = (keys[0] or fake.credentials[0], keys[1])
     glue = client("glue", fake.endpoint_url, credentials=keys)
     s3 = client("s3", fake.endpoint_url, credentials=keys)
     _refused(
@@ -90,7 +94,7 @@ def test_unsigned_requests_and_moto_api_are_refused(fake):
     assert fake.client("s3").head_object(Bucket="scripts", Key="env.py")  # nothing was reset
 
 
-def _presigned(endpoint: str, secret: str, version: str = "s3v4") -> str:
+def _presigned(endpoint: str, key: str, secret: str, version: str = "s3v4", expires: int = 60) -> str:
     import boto3
     from botocore.config import Config
 
@@ -98,22 +102,25 @@ def _presigned(endpoint: str, secret: str, version: str = "s3v4") -> str:
         "s3",
         endpoint_url=endpoint,
         region_name="us-east-1",
-        aws_access_key_id=KEY,
+        aws_access_key_id=key,
         aws_secret_access_key=secret,
         config=Config(signature_version=version),
     )
     return s3.generate_presigned_url(
-        "get_object", Params={"Bucket": "scripts", "Key": "env.py"}, ExpiresIn=60
+        "get_object", Params={"Bucket": "scripts", "Key": "env.py"}, ExpiresIn=expires
     )
 
 
 def test_presigned_urls_work_with_the_fakes_keys_only(fake):
-    good = _presigned(fake.endpoint_url, KEY)
+    key, secret = fake.credentials
+    good = _presigned(fake.endpoint_url, key, secret)
     assert urllib.request.urlopen(good, timeout=10).read() == SCRIPT.encode()
-    for bad in (_presigned(fake.endpoint_url, "wrong"), _presigned(fake.endpoint_url, KEY, "s3")):
+    week_and_a_second = _presigned(fake.endpoint_url, key, secret, expires=7 * 24 * 3600 + 1)
+    wrong = (_presigned(fake.endpoint_url, key, "wrong"), _presigned(fake.endpoint_url, key, secret, "s3"))
+    for bad in (*wrong, week_and_a_second):
         with pytest.raises(urllib.error.HTTPError) as info:  # a wrong secret; SigV2, never accepted
             urllib.request.urlopen(bad, timeout=10)
-        assert info.value.code == 403
+        assert info.value.code in (400, 403)
 
 
 def test_delta_rs_signs_requests_the_fake_accepts(fake, monkeypatch):
@@ -124,8 +131,8 @@ def test_delta_rs_signs_requests_the_fake_accepts(fake, monkeypatch):
         "AWS_ENDPOINT_URL": fake.endpoint_url,
         "AWS_ALLOW_HTTP": "true",
         "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": KEY,
-        "AWS_SECRET_ACCESS_KEY": KEY,
+        "AWS_ACCESS_KEY_ID": fake.credentials[0],
+        "AWS_SECRET_ACCESS_KEY": fake.credentials[1],
     }
     table = pa.table({"ds": ["2026-01-01", "2026-01-02"], "x": [1, 2]})
     uri = "s3://scripts/tables/with space+plus"
@@ -153,7 +160,7 @@ def test_a_job_sees_the_fakes_endpoint_and_keys_and_none_of_its_secrets(fake, tm
     assert state == "SUCCEEDED"
     env = json.loads(out.read_text())
     assert env["AWS_ENDPOINT_URL"] == fake.endpoint_url
-    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (KEY, KEY)
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == fake.credentials
     assert SERVER_SECRET not in env
     assert not [name for name in env if name.startswith("DLTRAIN_FAKE_AWS")]
     assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in env  # the rest of the host's environment neither
@@ -171,12 +178,21 @@ def test_a_job_sees_the_fakes_endpoint_and_keys_and_none_of_its_secrets(fake, tm
     }
 
 
-def test_the_test_keys_are_refused_off_loopback_and_own_keys_are_taken_out_of_the_environment(monkeypatch):
+def test_the_well_known_keys_are_refused_unless_asked_for_and_then_on_loopback_only(monkeypatch):
+    monkeypatch.setenv("DLTRAIN_FAKE_AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY", "testing")
+    with pytest.raises(ValueError, match="--insecure-well-known-keys"):
+        credentials_from_env("127.0.0.1")  # loopback is no boundary between a machine's users
+    assert credentials_from_env("127.0.0.1", well_known=True) == ("testing", "testing")
+    with pytest.raises(ValueError, match="loopback address only"):
+        credentials_from_env("0.0.0.0", well_known=True)
+
+
+def test_each_start_makes_fresh_keys_and_own_keys_are_taken_out_of_the_environment(monkeypatch):
     monkeypatch.delenv("DLTRAIN_FAKE_AWS_ACCESS_KEY_ID", raising=False)
     monkeypatch.delenv("DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY", raising=False)
-    assert credentials_from_env("127.0.0.1") == (KEY, KEY)
-    with pytest.raises(ValueError, match="DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"):
-        credentials_from_env("0.0.0.0")
+    first, second = credentials_from_env("127.0.0.1"), credentials_from_env("0.0.0.0")
+    assert first != second and len(first[0]) == 20 and len(first[1]) >= 40 and "testing" not in first
     monkeypatch.setenv("DLTRAIN_FAKE_AWS_ACCESS_KEY_ID", "stack")
     monkeypatch.setenv("DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY", "s3cret")
     assert credentials_from_env("0.0.0.0") == ("stack", "s3cret")
@@ -184,6 +200,46 @@ def test_the_test_keys_are_refused_off_loopback_and_own_keys_are_taken_out_of_th
     monkeypatch.setenv("DLTRAIN_FAKE_AWS_ACCESS_KEY_ID", "stack")
     with pytest.raises(ValueError, match="both"):
         credentials_from_env("0.0.0.0")
+
+
+def test_the_fixtures_keys_are_in_a_file_only_its_user_reads_and_a_process_without_it_is_refused(fake):
+    """A second local user knows the port and the well-known keys, not the 0600 file: it runs nothing."""
+    assert fake.env_file is not None and fake.env_file.stat().st_mode & 0o777 == 0o600
+    assert fake.credentials[1] in fake.env_file.read_text()
+    intruder = (
+        "import boto3, sys\n"
+        "s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',"
+        " aws_access_key_id='testing', aws_secret_access_key='testing')\n"
+        "try:\n    s3.put_object(Bucket='scripts', Key='env.py', Body=b'import os')\n"
+        "except Exception as err:\n    print(type(err).__name__, err)\n"
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}  # no key file, no AWS variable
+    out = subprocess.run(
+        [sys.executable, "-c", intruder, fake.endpoint_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "InvalidAccessKeyId" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert fake.client("s3").get_object(Bucket="scripts", Key="env.py")["Body"].read() == SCRIPT.encode()
+
+
+def test_an_ec2_node_launches_on_the_fake_with_its_instance_profile_and_the_default_image(fake):
+    """What an EC2 stage asks for on the fake, with no profile or AMI made by hand (issue #50)."""
+    from airflow_provider_dltrain.engines.ec2 import DEFAULT_AMI_PARAMETER
+    from airflow_provider_dltrain.testing.fake_aws import AMI_PARAMETER
+
+    assert AMI_PARAMETER == DEFAULT_AMI_PARAMETER  # what the fake prints is what the engine resolves
+    image = fake.client("ssm").get_parameter(Name=DEFAULT_AMI_PARAMETER)["Parameter"]["Value"]
+    ec2 = fake.client("ec2")
+    (node,) = ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, IamInstanceProfile={"Name": fake.instance_profile}
+    )["Instances"]
+    try:
+        assert node["IamInstanceProfile"]["Arn"].endswith(f"instance-profile/{fake.instance_profile}")
+    finally:
+        ec2.terminate_instances(InstanceIds=[node["InstanceId"]])
 
 
 def test_the_compose_stack_gives_the_fake_its_own_keys():
