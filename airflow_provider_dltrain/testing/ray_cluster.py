@@ -8,6 +8,13 @@ daemons Ray re-parents to init once ``ray start`` returns, Ray's ``ray.util.clie
 among them (which names no temp dir), the workers and the job drivers. ``stop`` ends exactly those
 processes (``ray stop`` would end every Ray of the user) and fails naming any that is left.
 
+The cluster runs with Ray's token authentication (``RAY_AUTH_MODE=token``, Ray 2.52 or later): its
+Jobs API runs code, and a port on 127.0.0.1 is open to every user of the machine. A fresh token is
+written at each start to ``<temp dir>/auth_token`` (mode 0600, in a directory only its user reads),
+and every node reads it from there (``RAY_AUTH_TOKEN_PATH``). ``cluster.env`` (also written to
+``cluster.env_file``, 0600) holds what a Jobs API client needs: the address, the mode and the
+token's path; a process without the file is refused with 401.
+
 Give the nodes the fake AWS's variables (``env=fake_aws.env``, or the file ``dltrain fake-aws
 --env-file`` writes, read with :func:`read_env_file`) and the Ray workers reach the fake's S3.
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -29,9 +37,12 @@ from pathlib import Path
 
 import psutil
 
+from airflow_provider_dltrain.testing.fake_aws_process import read_env_file, write_private
 from airflow_provider_dltrain.utils.ports import free_port
 
 MARK = "DLTRAIN_RAY_CLUSTER"
+TOKEN_FILE, ENV_FILE = "auth_token", "ray.env"
+__all__ = ["LocalRayCluster", "local_ray_cluster", "read_env_file", "stop"]
 
 
 @dataclass(frozen=True)
@@ -44,14 +55,30 @@ class LocalRayCluster:
     temp_dir: Path
     process_groups: tuple[int, ...]
 
+    @property
+    def token_file(self) -> Path:
+        """The cluster's authentication token (mode 0600)."""
+        return self.temp_dir / TOKEN_FILE
+
+    @property
+    def env_file(self) -> Path:
+        """``export`` lines of :attr:`env` (mode 0600), to source in a shell that runs ``ray job``."""
+        return self.temp_dir / ENV_FILE
+
     def processes(self) -> list[psutil.Process]:
         """Every live process of this cluster: its daemons and all they started."""
         return cluster_processes(self.temp_dir, self.process_groups)
 
     @property
     def env(self) -> dict[str, str]:
-        """What a Jobs API client of this cluster needs (``ray job submit`` reads ``RAY_ADDRESS``)."""
-        return {"RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "disabled"}
+        """What a Jobs API client of this cluster needs (``ray job submit`` reads ``RAY_ADDRESS``): the
+        address, token authentication and the token's file."""
+        return {"RAY_ADDRESS": self.address, **auth_env(self.token_file)}
+
+
+def auth_env(token_file: Path) -> dict[str, str]:
+    """Ray's variables for token authentication with the token in ``token_file`` (Ray >= 2.52)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
 
 
 def cluster_processes(temp_dir: Path, process_groups: tuple[int, ...] = ()) -> list[psutil.Process]:
@@ -86,17 +113,6 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def read_env_file(path: str | Path) -> dict[str, str]:
-    """The ``export NAME=value`` lines of a file such as ``dltrain fake-aws --env-file`` writes."""
-    env = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if line.startswith("export "):
-            name, _, value = line[len("export ") :].partition("=")
-            env[name] = " ".join(shlex.split(value))
-    return env
-
-
 def _ray_start(args: list[str], env: dict[str, str], log: Path) -> int:
     """Run ``ray start`` in a new session; its process group id (the daemons it leaves keep it)."""
     ray = str(Path(sys.executable).with_name("ray"))
@@ -122,14 +138,14 @@ def local_ray_cluster(
     processes given ``env`` on top of this one's; stopped and checked (:func:`stop`) when the block ends.
     """
     temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay short
+    token_file = temp_dir / TOKEN_FILE
+    write_private(token_file, secrets.token_hex(32))  # a fresh one: never ~/.ray/auth_token
     full_env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"},  # it would win over the file
         **(env or {}),
         MARK: str(temp_dir),
         "RAY_USAGE_STATS_ENABLED": "0",
-        # a loopback cluster: no token authentication, whatever ~/.ray/auth_token holds (a local
-        # ray.init() writes one there and later clusters would use it)
-        "RAY_AUTH_MODE": "disabled",
+        **auth_env(token_file),
         "RAY_DEDUP_LOGS": "0",
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
     }
@@ -152,6 +168,8 @@ def local_ray_cluster(
             args = head if node == 0 else [f"--address={gcs}"]
             groups.append(_ray_start([*args, *ports, *common], full_env, log))
         cluster = LocalRayCluster(cluster.address, gcs, temp_dir, tuple(groups))
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in cluster.env.items()]
+        write_private(cluster.env_file, "\n".join(lines) + "\n")
         yield cluster
     finally:
         try:

@@ -10,7 +10,9 @@ def ray_cluster_env(fake_aws_server):
     return fake_aws_server.env
 
 
-def test_training_on_ray_reads_the_fake_s3(ray_cluster, fake_aws):
+def test_training_on_ray_reads_the_fake_s3(ray_cluster, fake_aws, monkeypatch):
+    for name, value in ray_cluster.env.items():  # RAY_ADDRESS and the token the Jobs API asks for
+        monkeypatch.setenv(name, value)
     fake_aws.create_bucket("my-lake")
     options = {"address": ray_cluster.address, "staging_uri": "s3://my-lake/staging", "num_workers": 2}
     assert options["address"].startswith("http://127.0.0.1:")

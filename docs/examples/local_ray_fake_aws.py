@@ -14,6 +14,8 @@ def main(env_file: str = "fake-aws.env") -> None:
     fake_aws = read_env_file(env_file)  # AWS_ENDPOINT_URL, the keys, the region, AIRFLOW_CONN_AWS
     os.environ.update(fake_aws)  # this process (the launcher) reaches the fake too
     with local_ray_cluster(nodes=2, env=fake_aws) as cluster:  # every Ray worker gets the variables
+        # the cluster's Jobs API asks for its token (RAY_AUTH_MODE=token, the token's 0600 file)
+        os.environ.update(cluster.env)
         result = run_training(
             "my_models.digits:train",
             {"uri": "s3://my-lake/lake/digits", "version": 0},

@@ -77,7 +77,8 @@ def lake(tmp_path_factory):
 
 @pytest.fixture
 def ray_env(cluster, lake, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the test cluster's mode, for the Jobs API clients
+    for name, value in cluster.env.items():  # token authentication: what the Jobs API clients need
+        monkeypatch.setenv(name, value)
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_RAY", json.dumps({"conn_type": "mlflow", "host": f"sqlite:///{db}"})
@@ -174,6 +175,24 @@ def _run(env, run_id):
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=env["mlflow_uri"]).get_run(run_id)
+
+
+def test_the_jobs_api_refuses_a_process_without_the_clusters_token_file(cluster):
+    """A second user of the machine reaches 127.0.0.1 but cannot read the 0600 token: it runs nothing."""
+    import urllib.error
+    import urllib.request
+
+    assert cluster.token_file.stat().st_mode & 0o777 == 0o600
+    assert cluster.env["RAY_AUTH_MODE"] == "token"
+    submit = urllib.request.Request(
+        f"{cluster.address}/api/jobs/",
+        data=json.dumps({"entrypoint": "touch /tmp/dltrain-ray-intruder"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(submit, timeout=30)
+    assert info.value.code == 401
 
 
 def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(ray_env):
