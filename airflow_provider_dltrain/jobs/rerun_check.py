@@ -292,7 +292,7 @@ def _decide(
     if last is None:
         return RerunCheck(facts, f"{where}: running the stage: no earlier write of it", changed="first write")
     if last.facts_lost:  # not "another tool": this provider's answer may be there, unprovable now
-        raise facts_lost_error(table_uri, where, last)
+        raise facts_lost_error(table_uri, where, last.ref.version)
     version = last.ref.version
     recorded = last.recorded_facts() if last.wrote(partition) else None
     if recorded is None:
@@ -313,6 +313,9 @@ def _decide(
         why = f"the table's schema, partitioning or properties changed after version {version}"
         return RerunCheck(facts, f"{where}: running the stage: {why}", changed="table metadata")
     pairing = quarantine_pairing(table_uri, quarantine_uri, partition, storage_options=options)
+    if pairing.state == "lost" and pairing.quarantine is not None:
+        where_q = f"{where}: its quarantine partition in {quarantine_uri}"
+        raise facts_lost_error(quarantine_uri, where_q, pairing.quarantine.version)
     if pairing.state == "stale":
         why = f"its quarantine partition in {quarantine_uri} belongs to another write"
         return RerunCheck(facts, f"{where}: running the stage: {why}", changed="stale quarantine")

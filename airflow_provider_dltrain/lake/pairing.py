@@ -27,7 +27,7 @@ META_MAIN_VERSION = "dltrain.main_version"  # quarantine commit: the main commit
 META_MAIN_DIGEST = "dltrain.main_digest"  # quarantine commit: that main partition's digest ("" = empty)
 META_ROWS_QUARANTINED = "dltrain.rows_quarantined"  # main commit: rows its run sent to quarantine
 
-PairingState = Literal["paired", "none", "stale"]
+PairingState = Literal["paired", "none", "stale", "lost"]
 
 
 def last_recorded_commit(
@@ -68,9 +68,12 @@ def pairing_metadata(
 @dataclass(frozen=True)
 class QuarantinePairing:
     """The quarantine of one main partition: ``paired`` (``quarantine`` holds its bad rows), ``none``
-    (the run quarantined nothing and no quarantine commit belongs to it) or ``stale`` (a run was
+    (the run quarantined nothing and no quarantine commit belongs to it), ``stale`` (a run was
     killed between its two commits, or another tool wrote the main table: the quarantine partition
-    holds another run's bad rows; re-run the write).
+    holds another run's bad rows; re-run the write) or ``lost`` (the quarantine partition's last
+    commit is older than that table's log and absent from its history index, e.g. a copy made
+    without ``_dltrain_history``: which main commit it belongs to cannot be told; ``quarantine`` is
+    the oldest version holding it).
     """
 
     main: DeltaRef | None
@@ -106,13 +109,30 @@ def quarantine_pairing(
     main_ref = DeltaRef(normalize_uri(main_uri), version, millis_to_iso(info.get("timestamp")))
     expected = {META_MAIN_VERSION: str(version), META_MAIN_DIGEST: info.get(META_DIGEST) or ""}
     quarantined = int(info.get(META_ROWS_QUARANTINED, "0") or 0)
-    found = _paired_commit(quarantine_uri, spec, expected, storage_options)
+    found, lost = _paired_commit(quarantine_uri, spec, expected, storage_options)
     if found is not None:
         return QuarantinePairing(main_ref, found, "paired")
+    if lost is not None and quarantined:
+        return QuarantinePairing(main_ref, lost, "lost")
     return QuarantinePairing(main_ref, None, "stale" if quarantined else "none")
 
 
 def _paired_commit(
+    uri: str, spec: dict[str, str], expected: Mapping[str, str], storage_options: StorageOptions | None
+) -> tuple[DeltaRef | None, DeltaRef | None]:
+    """The quarantine commit recording ``expected``; else, when the partition's last write there is
+    known only as the oldest readable version (its commit is gone), that version as the second item."""
+    paired = _recorded_pairing(uri, spec, expected, storage_options)
+    if paired is not None:
+        return paired, None
+    from airflow_provider_dltrain.lake import history_index
+
+    index = history_index.load(uri, storage_options)
+    last = index.last_write(history_index.key_of(spec)) if index is not None else None
+    return None, (last.ref(index.uri) if index is not None and last is not None and last.inferred else None)
+
+
+def _recorded_pairing(
     uri: str, spec: dict[str, str], expected: Mapping[str, str], storage_options: StorageOptions | None
 ) -> DeltaRef | None:
     from airflow_provider_dltrain.lake import history_index

@@ -183,12 +183,13 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
     return _fingerprint(parts, None)
 
 
-def facts_lost_error(table_uri: str, where: str, last: LastWrite) -> HistoryGoneError:
-    """The refusal of a re-run whose partition's last write has ``facts_lost``, raised before anything
-    is written: computing it could commit a different answer (other input versions, say) for a date
-    whose nightly answer cannot be compared any more."""
+def facts_lost_error(table_uri: str, where: str, oldest: int) -> HistoryGoneError:
+    """The refusal of a re-run whose partition's last write in ``table_uri`` has ``facts_lost``
+    (``oldest``: the oldest version that table's log holds), raised before anything is written:
+    computing it could commit a different answer (other input versions, say) for a date whose
+    nightly answer cannot be compared any more."""
     return HistoryGoneError(
-        f"{where}: its last write is older than the table's log (version {last.ref.version} is the oldest "
+        f"{where}: its last write is older than the table's log (version {oldest} is the oldest "
         f"it still holds: log retention removed the commit files before it) and the table's history index "
         f"({table_uri}/{INDEX_DIR}/) holds no record of it, e.g. a copy of the table made without that "
         "folder. The facts that write was computed from are gone, so whether a re-run gives the same answer "

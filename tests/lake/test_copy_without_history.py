@@ -137,3 +137,42 @@ def test_lineage_of_a_version_whose_commit_is_gone_says_the_history_folder_is_mi
         TableNotFoundError, match=rf"no version 1 .*{INDEX_DIR}/ beside the log holds no copy"
     ):
         lineage(f"{lake.uri}/scores", 1)
+
+
+def test_a_quarantine_partition_whose_pairing_commit_is_lost_is_refused_not_rewritten(tmp_path):
+    """The main table's write kept, its quarantine table's commit of the date gone with its log: which
+    write the bad rows belong to cannot be told, so the re-run stops before committing a new pairing."""
+    from airflow_provider_dltrain.lake.digest import META_DIGEST
+    from airflow_provider_dltrain.lake.pairing import (
+        META_MAIN_DIGEST,
+        META_MAIN_VERSION,
+        META_ROWS_QUARANTINED,
+        last_recorded_commit,
+        quarantine_pairing,
+    )
+
+    lake = str(tmp_path)
+    main, quarantine = f"{lake}/scores", f"{lake}/scores_quarantine"
+    for i, ds in enumerate(DAYS[:2]):
+        overwrite_partition(f"{lake}/digits", pa.table({"id": [i], "features": [[float(i)]]}), {"ds": ds})
+        pin = cutoff_commit(f"{lake}/digits", {"ds": ds})
+        check = check_score(main, {"ds": ds}, _params(pin, ds))
+        rows = pa.table({"id": [i], "prediction": [i % 2], "input_version": [pin.version]})
+        metadata = {**check.metadata(), META_ROWS_QUARANTINED: "1"}
+        overwrite_partition(main, rows, {"ds": ds}, metadata=metadata)
+        version, info = last_recorded_commit(main, {"ds": ds})
+        pairing = {META_MAIN_VERSION: str(version), META_MAIN_DIGEST: info[META_DIGEST]}
+        overwrite_partition(
+            quarantine, pa.table({"id": [i], "_error": ["bad"]}), {"ds": ds}, metadata=pairing
+        )
+    assert quarantine_pairing(main, quarantine, {"ds": DAYS[0]}).state == "paired"
+    assert _rerun(lake, DAYS[0])[1].skipped
+    shutil.rmtree(f"{quarantine}/{INDEX_DIR}")  # the quarantine table copied without its history
+    _clean_log(quarantine)
+    assert quarantine_pairing(main, quarantine, {"ds": DAYS[0]}).state == "lost"
+    newest = DeltaLog(quarantine).latest_version()
+    with pytest.raises(
+        HistoryGoneError, match=r"ds=2026-11-01 of .*scores: its quarantine partition in .*scores_quarantine"
+    ):
+        _rerun(lake, DAYS[0])
+    assert DeltaLog(quarantine).latest_version() == newest
