@@ -100,11 +100,11 @@ def _training_partitions(
     what changed since an earlier run.
     """
     from airflow_provider_dltrain.lake.filters import partition_may_select
-    from airflow_provider_dltrain.lake.history import partition_commits, partition_types
+    from airflow_provider_dltrain.lake.history import partition_column_types, partition_commits
 
     keys = ("dag_id", "run_id", "task_id", "try_number", "logical_date")
     # only partition columns decide, each compared in its type (the one predicate every reader uses)
-    types = partition_types(uri, storage_options) if data_filter else None
+    types = partition_column_types(uri, storage_options) if data_filter else None
     return [
         {**c, "committed_by": {k: c[k] for k in keys if c.get(k) is not None}}
         for c in partition_commits(uri, version, storage_options=storage_options)

@@ -161,7 +161,7 @@ def _at_or_before(
     return before
 
 
-def partition_types(uri: str, storage_options: StorageOptions | None = None) -> dict[str, str] | None:
+def partition_column_types(uri: str, storage_options: StorageOptions | None = None) -> dict[str, str] | None:
     """``{partition column: Delta type}`` of the table's newest schema, from its history index."""
     return _index(uri, None, storage_options).partition_types
 
