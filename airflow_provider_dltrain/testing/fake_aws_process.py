@@ -253,6 +253,7 @@ def start_fake_aws(
     images: dict[str, str] | None = None,
     shares: list[Path] | tuple[Path, ...] = (),
     credentials: Keys | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[FakeAws]:
     """Run the fake AWS until the ``with`` block ends, its log and job directories under ``workdir``.
 
@@ -261,14 +262,15 @@ def start_fake_aws(
     With ``images`` (``{"glue": tag, "emr": tag, "train": tag}``) jobs run in containers, ``shares``
     mounted in each; the exit also fails if a container or network of the fake is left. The fake
     makes fresh credentials (``credentials``, when given, are used instead) and writes them to
-    ``workdir/fake_aws.env`` (mode 0600), read back here.
+    ``workdir/fake_aws.env`` (mode 0600), read back here. ``host``: the address it listens on (e.g.
+    the Docker bridge's gateway, for containers that are no job of the fake: Kubeflow's nodes).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     log_path, pid_file = workdir / "fake_aws.log", workdir / "job_pids.txt"
     env_file = workdir / ENV_FILE_NAME
     pid_file.unlink(missing_ok=True)  # ids of an earlier run's jobs may belong to other processes now
     env_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--port", "0"]
+    cmd = [sys.executable, "-m", "airflow_provider_dltrain.testing.fake_aws", "--host", host, "--port", "0"]
     cmd += ["--workdir", str(workdir / "jobs"), "--pid-file", str(pid_file), "--env-file", str(env_file)]
     cmd += ["--verbose"] if verbose else []
     instance = None

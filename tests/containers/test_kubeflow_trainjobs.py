@@ -322,3 +322,108 @@ def test_run_training_without_airflow_reattaches_after_its_process_dies(kf_env):
     result = done["result"]
     assert result["world_size"] == 2 and result["weights_sha256"]
     assert _run(kf_env, result["run_id"]).info.status == "FINISHED"
+
+
+def test_a_trainjob_whose_image_is_missing_fails_naming_it_and_leaves_no_network(kf_env):
+    """The SDK fails before its first container (no such image here, no registry to pull from) and
+    its own clean-up leaves the TrainJob's network; the task fails without retries naming the image,
+    and nothing of the TrainJob is left (``kf_env`` checks)."""
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    env = {**kf_env, "options": {**kf_env["options"], "image": "dltrain/no-such-image:missing"}}
+    op = _operator(env, "train_no_image")
+    with pytest.raises(
+        InvalidSpecError, match="image 'dltrain/no-such-image:missing' is not on this machine"
+    ):
+        op.execute(_context(op.task_id))
+
+
+def _bridge_gateway() -> str:
+    (gateway,) = _docker("network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}")
+    return gateway
+
+
+def _docs_example(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"docs_example_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _no_secret_fails_with_the_nodes_own_error(table, image, mlflow_dir):
+    """Without the secret the nodes cannot fetch the job script: the task error shows the node's
+    NoCredentialsError, which torchrun's summary pushes out of the log's last lines."""
+    from airflow_provider_dltrain.exceptions import TrainingFailedError
+    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.training import run_training
+
+    options = {
+        "runtime_backend": "container",
+        "image": image,
+        "num_nodes": 2,
+        "staging_uri": "s3://lake/dltrain-staging",
+        "container_mounts": [str(mlflow_dir)],
+    }
+    with pytest.raises(TrainingFailedError) as failed:
+        run_training(
+            "sm_train_fns:demo_train",
+            table,
+            HPARAMS,
+            backend="kubeflow",
+            backend_options=options,
+            tracking=TrackingConfig(tracking_uri=f"sqlite:///{mlflow_dir}/no-secret.db"),
+            run_key="no-secret",
+            poll_interval=0.5,
+        )
+    message = str(failed.value)
+    assert "ended Failed" in message and "the error of its process ---" in message, message[-3000:]
+    assert "NoCredentialsError: Unable to locate credentials" in message, message[-3000:]
+    assert not _left()
+
+
+def test_two_nodes_train_from_the_lake_on_the_fake_s3_with_its_per_start_keys_as_a_mounted_secret(
+    kubeflow_image, tmp_path, monkeypatch
+):
+    """docs/examples/kubeflow_fake_s3.py as the page says: the fake AWS on the Docker bridge's gateway
+    (not 0.0.0.0) with fresh keys in its 0600 file; that file is this process's environment and the
+    TrainJob's secret (mounted read-only, never its environment); the table and the staging area are
+    on the fake's S3; two nodes train and the gate promotes the model."""
+    from sm_train_fns import digits_partition
+
+    from airflow_provider_dltrain import lake
+    from airflow_provider_dltrain.testing.fake_aws_process import CLIENT_ENV_UNSET, start_fake_aws
+
+    with start_fake_aws(tmp_path / "fake-aws", host=_bridge_gateway(), verbose=False) as fake:
+        assert fake.env_file is not None and (fake.env_file.stat().st_mode & 0o077) == 0
+        for name in CLIENT_ENV_UNSET:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in fake.env.items():
+            monkeypatch.setenv(name, value)
+        fake.create_bucket("lake")
+        ref = None
+        for i, day in enumerate(DAYS):
+            ref = lake.overwrite_partition("s3://lake/lake/digits", digits_partition(i, 16), {"ds": day})
+        assert ref is not None
+        mlflow_dir = tmp_path / "mlflow"
+        mlflow_dir.mkdir()
+        monkeypatch.chdir(tmp_path)
+        _no_secret_fails_with_the_nodes_own_error(ref.to_dict(), kubeflow_image, mlflow_dir)
+        example = _docs_example("kubeflow_fake_s3")
+        result, model = example.train_and_gate(
+            str(fake.env_file),
+            ref.to_dict(),
+            kubeflow_image,
+            str(mlflow_dir),
+            train_fn="sm_train_fns:demo_train",
+            day=DAYS[-1],
+        )
+        assert result.world_size == 2 and result.dataset.uri == "s3://lake/lake/digits"
+        assert result.model_uri and model.promoted, model
+        staged = fake.client("s3").list_objects_v2(Bucket="lake", Prefix="dltrain-staging/runs/")
+        assert any(o["Key"].endswith("/result.json") for o in staged.get("Contents", []))
+        assert fake.leaks() == []
+    assert not _left()
