@@ -129,7 +129,7 @@ class _Lookups:
         return (
             f"pin {ref['uri']} version {ref['version']} re-resolved: its commit files were removed by log "
             f"retention, so its rows were read from version {later}, the oldest readable one (no commit in "
-            "between changed them)"
+            "between changed them or the table's columns)"
         )
 
     def commit(self, uri: str, version: int) -> dict[str, Any] | None:
