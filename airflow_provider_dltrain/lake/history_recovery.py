@@ -138,7 +138,8 @@ def _from_oldest_readable(
         raise HistoryGoneError(
             f"version {ref.version} of {ref.uri} cannot be read any more: {why}, and "
             f"{_shape_changes_text(shape_changes, ref.version, readable)}, so version {readable}'s columns "
-            f"({_columns_text(schema_fields(table))}) are not proven to be version {ref.version}'s. {_what_to_do(ref.uri)}"
+            f"({_columns_text(schema_fields(table))}) are not proven to be version {ref.version}'s"
+            f"{_file_hint(table, filters)}. {_what_to_do(ref.uri)}"
         )
     return readable, table
 
@@ -271,3 +272,28 @@ def _shape_changes_text(changes: list[int] | None, version: int, readable: int) 
 
 def _columns_text(fields: Mapping[str, str]) -> str:
     return ", ".join(f"{name}: {json.loads(kind)}" if kind else name for name, kind in sorted(fields.items()))
+
+
+def _file_hint(table: Any, filters: Any, limit: int = 20) -> str:
+    """Which columns the data files of the selected rows (written at or before the pinned version) lack
+    or add against the readable version's schema: a hint naming the column, read from up to ``limit``
+    Parquet footers; empty when they agree or cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        files = table.file_uris(file_pruning_predicate=filters or None)[:limit]
+        in_files: set[str] = set()
+        for uri in files:
+            in_files |= set(
+                pq.read_schema(uri.split("://", 1)[-1] if uri.startswith("file://") else uri).names
+            )
+    except Exception:  # a hint only: the refusal stands without it
+        return ""
+    if not files:
+        return ""
+    partition_columns = set(table.metadata().partition_columns)
+    columns = {f["name"] for f in json.loads(table.schema().to_json())["fields"]} - partition_columns
+    lacking, extra = sorted(columns - in_files), sorted(in_files - columns - partition_columns)
+    parts = [f"column {c!r} is in no file of the rows read (added since?)" for c in lacking]
+    parts += [f"column {c!r} is in their files but not in the table now (dropped since?)" for c in extra]
+    return f": {'; '.join(parts)}" if parts else ""
