@@ -76,13 +76,17 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 # After the 2-worker run, the cluster tests (mostly waiting on JVMs: a master, two workers, drivers)
 # and the Spark 3.5 run (one pytest process) share the 2 cores; the Spark 3.5 output is printed
 # when both are done, and either failing fails the target.
-# The container tier's images (found by content hash when unchanged, else built: about 4 min cold) are
-# built in the background while the workers run the other tests; the container tests come last and
-# wait for them (docker/images.py holds a lock while it builds). A Docker daemon this target started
+# Horovod (found as a cached wheel, else compiled: about 10 min cold) and then the container tier's images
+# (found by content hash when unchanged, else built: about 4 min cold) are built in the background while
+# the workers run the other tests; the tests that train through Horovod come after the rest and wait for
+# it (tests/support/horovod.py), the container tests come last and wait for the images
+# (docker/images.py holds a lock while it builds). A Docker daemon this target started
 # is stopped at the end.
-test: install $(SPARK_CDS) horovod chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
-	@mkdir -p $(DLTRAIN_HOME); \
-	( $(PYTHON) docker/images.py build $(TEST_IMAGES) > $(IMAGES_LOG) 2>&1 || echo "image build failed: see $(IMAGES_LOG)" >&2 ) & images=$$!; \
+test: install $(SPARK_CDS) chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
+	@mkdir -p $(DLTRAIN_HOME); rm -f $(HOROVOD_MARK).failed; \
+	( { $(MAKE) -s horovod && $(PYTHON) docker/images.py build $(TEST_IMAGES); } > $(IMAGES_LOG) 2>&1 || { \
+		touch $(HOROVOD_MARK).failed; echo "the Horovod or image build failed: see $(IMAGES_LOG)" >&2; } ) & images=$$!; \
+	DLTRAIN_HOROVOD_MARK=$(CURDIR)/$(HOROVOD_MARK) DLTRAIN_HOROVOD_LOG=$(IMAGES_LOG) \
 	$(call PYTEST,$(PY)) $(XDIST) -m "not cluster and not stack" $(PYTEST_ARGS) $(NO_TESTS_OK); main=$$?; \
 	wait $$images; [ $$main = 0 ] || { $(STOP_DOCKERD); exit $$main; }
 	@mkdir -p $(DLTRAIN_HOME); \

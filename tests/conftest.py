@@ -20,7 +20,11 @@ from airflow_provider_dltrain.utils.ports import free_port
 
 # The fake AWS fixtures users get from the package's pytest11 entry point (fake_aws, fake_aws_server),
 # loaded here by name too: the entry point has that name, so an installed entry point is not loaded twice.
-pytest_plugins = ["airflow_provider_dltrain.testing.pytest_plugin", "tests.support.suite_timing"]
+pytest_plugins = [
+    "airflow_provider_dltrain.testing.pytest_plugin",
+    "tests.support.suite_timing",
+    "tests.support.horovod",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="dltrain-tests-"))
@@ -232,10 +236,13 @@ def pytest_collection_modifyitems(config, items):
     def expected(item: pytest.Item) -> float:
         return seconds.get(file_of(item.nodeid), 30.0 if "slow" in item.keywords else 1.0)
 
+    # Horovod is built beside the suite (tests/support/horovod.py): the files that need it come after
+    horovod = {file_of(item.nodeid) for item in items if "horovod" in item.keywords}
     items.sort(
         key=lambda item: (
             cluster in Path(str(item.path)).parents,
             "containers" in item.keywords,
+            file_of(item.nodeid) in horovod,
             -expected(item),
         )
     )

@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-try:
-    import horovod.torch  # noqa: F401
+from tests.support.horovod import horovod_available
 
-    HOROVOD = True
-except ImportError:  # the secrets tests still run, with the DAG's default DDP backend
-    HOROVOD = False
+# Horovod is built beside the suite (tests/support/horovod.py): after the files that do not need it
+pytestmark = [pytest.mark.slow, pytest.mark.horovod]
 
 AWS_SECRET = "awsSECRETkey-e2e-7Qz9Lw"
 MLFLOW_PASSWORD = "mlflowPASSWORD-e2e-4Kd8Rv"
@@ -69,6 +66,8 @@ def finished(tmp_path_factory):
         env["AIRFLOW_CONN_MLFLOW_DEFAULT"] = json.dumps(
             {"conn_type": "mlflow", "host": paths.mlflow_uri(), "login": "alice", "password": MLFLOW_PASSWORD}
         )
+        # without Horovod (outside make test) the secrets tests still run, on the DAG's default DDP backend
+        HOROVOD = horovod_available()
         if HOROVOD:
             env["DLTRAIN_TRAIN_BACKEND"] = "horovod"
             env["DLTRAIN_TRAIN_BACKEND_OPTIONS"] = json.dumps({"num_processes": 2})
@@ -77,7 +76,7 @@ def finished(tmp_path_factory):
         outcomes = run_dags(runs, env)
         bad = [o for o in outcomes if not o.ok]
         assert len(outcomes) == 2 and not bad, bad[0].tail if bad else outcomes
-        yield env, paths
+        yield env, paths, HOROVOD
     finally:
         if old is None:
             os.environ.pop("DLTRAIN_HOME", None)
@@ -90,7 +89,7 @@ def _leaks(text: str) -> list[str]:
 
 
 def test_no_file_left_by_the_run_holds_a_secret(finished):
-    env, paths = finished
+    env, paths, _ = finished
     logs = list((Path(paths.home()) / "logs").rglob("*.log"))
     assert logs, "the runner wrote no task logs"
     found = {}
@@ -105,7 +104,7 @@ def test_no_file_left_by_the_run_holds_a_secret(finished):
 
 
 def test_no_xcom_value_or_trigger_kwargs_holds_a_secret(finished):
-    env, _ = finished
+    env, _, _ = finished
     db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
     with sqlite3.connect(db) as conn:
         values = [str(row[0]) for row in conn.execute("SELECT value FROM xcom")]
@@ -118,7 +117,7 @@ def test_no_xcom_value_or_trigger_kwargs_holds_a_secret(finished):
 
 
 def test_no_mlflow_param_or_tag_holds_a_secret(finished):
-    _, paths = finished
+    _, paths, _ = finished
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
     client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()
@@ -133,9 +132,9 @@ def test_no_mlflow_param_or_tag_holds_a_secret(finished):
 
 
 def test_retrain_dag_with_horovod_trains_two_ranks_registers_and_scores(finished):
-    if not HOROVOD:
+    _, paths, with_horovod = finished
+    if not with_horovod:
         pytest.skip("Horovod is built by `make horovod` (make test does it)")
-    _, paths = finished
     from airflow_provider_dltrain.registry.config import TrackingConfig
 
     client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()

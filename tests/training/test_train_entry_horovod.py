@@ -43,8 +43,10 @@ def test_ranks_come_from_whichever_launcher_started_the_job(monkeypatch, env, ex
 
 
 @pytest.mark.slow
-def test_horovodrun_ranks_of_a_cloud_job_train_through_horovod_and_rank_0_reports(digits_ref, tmp_path):
-    pytest.importorskip("horovod.torch", reason="Horovod is built by `make horovod` (make test does it)")
+@pytest.mark.horovod
+def test_horovodrun_ranks_of_a_cloud_job_train_through_horovod_and_rank_0_reports(
+    digits_ref, tmp_path, horovod
+):
     run_dir = tmp_path / "run"
     spec = TrainJobSpec(
         train_fn="airflow_provider_dltrain.demo.digits_model:train",

@@ -15,8 +15,7 @@ from airflow_provider_dltrain.lake.scan_plan import resolve
 from airflow_provider_dltrain.training import HorovodBackend, TrainingUserError, get_backend, run_training
 from airflow_provider_dltrain.training.loader import LoaderSpec, num_rows
 
-pytestmark = pytest.mark.slow
-pytest.importorskip("horovod.torch", reason="Horovod is built by `make horovod` (make test does it)")
+pytestmark = [pytest.mark.slow, pytest.mark.horovod, pytest.mark.usefixtures("horovod")]
 
 EPOCHS = 6
 HOROVOD = {"backend": "horovod", "backend_options": {"num_processes": 2}}
