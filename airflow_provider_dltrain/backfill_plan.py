@@ -95,9 +95,13 @@ def plan_backfill(
         gives them (None: as if none ran yet); only the newest run's state is read.
     :param conf: the backfill's run configuration (overrides the DAG's params, as Airflow does).
     """
-    order = _ordered(dag)
+    from airflow_provider_dltrain.utils.snapshot import snapshot
+
+    order, env = _ordered(dag), _template_env(dag)
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
-    return BackfillPlan(dag.dag_id, [plan_date(dag, ds, (runs or {}).get(ds), conf, order) for ds in days])
+    with snapshot():  # one registry search per question for the whole range
+        dates = [plan_date(dag, ds, (runs or {}).get(ds), conf, order, env) for ds in days]
+    return BackfillPlan(dag.dag_id, dates)
 
 
 def plan_date(
@@ -106,12 +110,13 @@ def plan_date(
     runs: list[dict[str, Any]] | None = None,
     conf: Mapping[str, Any] | None = None,
     order: list[Any] | None = None,
+    env: Any = None,
 ) -> DatePlan:
     """The plan of one date: each task decided in dependency order (see the module)."""
     context = run_context(dag, ds, conf)
     done: dict[str, TaskPlan] = {}
     for task in order or _ordered(dag):
-        done[task.task_id] = decide(task, context, done)
+        done[task.task_id] = decide(task, context, done, env)
     newest = runs[-1] if runs else None
     run = {"run_id": newest.get("run_id"), "state": _state(newest)} if newest else None
     return DatePlan(dag.dag_id, ds, _verdict(list(done.values()), run), list(done.values()), run)
@@ -131,6 +136,16 @@ def _verdict(tasks: list[TaskPlan], run: Mapping[str, Any] | None) -> str:
     if any(t.decision in ("run", "depends", "error") for t in tasks):
         return "will recompute"
     return "will skip"
+
+
+def _template_env(dag: Any) -> Any:
+    """The DAG's Jinja environment, each template string compiled once for the whole plan (Airflow
+    compiles every string of every templated field each time it renders)."""
+    import functools
+
+    env = dag.get_template_env()
+    env.from_string = functools.lru_cache(maxsize=4096)(env.from_string)
+    return env
 
 
 def _ordered(dag: Any) -> list[Any]:

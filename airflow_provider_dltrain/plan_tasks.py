@@ -66,11 +66,14 @@ class PlanTaskInstance:
         return None
 
 
-def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any]) -> Any:
-    """A copy of ``task`` whose templated fields are rendered for ``context`` (the DAG's task is untouched)."""
+def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any], env: Any = None) -> Any:
+    """A copy of ``task`` whose templated fields are rendered for ``context`` (the DAG's task is untouched).
+
+    :param env: the DAG's Jinja environment, built once for a whole plan (default: the task's own).
+    """
     ti = PlanTaskInstance(context["dag_id"], context["run_id"], task.task_id, outputs)
     mine = copy.copy(task)
-    mine.render_template_fields({**context, "ti": ti, "task_instance": ti, "task": mine})
+    mine.render_template_fields({**context, "ti": ti, "task_instance": ti, "task": mine}, jinja_env=env)
     return mine, {**context, "ti": ti, "task_instance": ti, "task": mine}
 
 
@@ -93,7 +96,7 @@ def stage_of(task: Any) -> str:
     return next((name for kind, name in kinds if isinstance(task, kind)), "other")
 
 
-def decide(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan]) -> TaskPlan:
+def decide(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan], env: Any = None) -> TaskPlan:
     """The plan of ``task`` for the date of ``context``, given the plans of the tasks before it."""
     stage = stage_of(task)
     if stage == "other":
@@ -103,7 +106,7 @@ def decide(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan]) -> 
         return TaskPlan(task.task_id, stage, "wait", "an upstream task cannot run yet")
     outputs = {p.task_id: p.output for p in done.values() if p.output is not None}
     try:
-        mine, ctx = rendered(task, context, outputs)
+        mine, ctx = rendered(task, context, outputs, env)
         return _DECIDERS[stage](mine, ctx, done)
     except Exception as err:  # the run would fail the same way: say so, for this date only
         return TaskPlan(task.task_id, stage, "error", f"{type(err).__name__}: {err}")
@@ -184,6 +187,7 @@ def _train(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan]) -> 
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.operators.training import _hparams
     from airflow_provider_dltrain.training.skip_check import WORDS
+    from airflow_provider_dltrain.utils.snapshot import remembered
 
     waiting = _needs(task, done, "train")
     if waiting is not None:
@@ -197,7 +201,10 @@ def _train(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan]) -> 
             cost=_cost(task, "train"),
         )
     ref = DeltaRef.coerce(task.dataset)
-    tracking = MlflowHook(mlflow_conn_id=task.mlflow_conn_id).get_tracking_config()
+    conn_id = task.mlflow_conn_id
+    tracking = remembered(
+        ("tracking", conn_id), lambda: MlflowHook(mlflow_conn_id=conn_id).get_tracking_config()
+    )
     check = task.training_check(tracking, ref, _hparams(task.hparams), task._storage_options(ref.uri))
     since = {"model": str(task.skip_if_unchanged), "version": check.champion, "cutoff": check.cutoff}
     if check.skip_reason is not None:

@@ -138,3 +138,18 @@ def test_a_date_whose_inputs_cannot_be_rendered_or_read_is_planned_to_recompute_
     (d,) = plan_backfill(dag, START, START).dates
     assert d.verdict == "will recompute"
     assert "its facts could not be established" in d.tasks[0].reason or "no listing" in d.tasks[0].reason
+
+
+def test_a_plan_asks_each_question_once_and_a_run_outside_it_asks_again():
+    from airflow_provider_dltrain.utils.snapshot import remembered, snapshot
+
+    asked = []
+
+    def ask():
+        asked.append(1)
+        return len(asked)
+
+    assert [remembered("q", ask), remembered("q", ask)] == [1, 2]  # a task's own run reads afresh
+    with snapshot():
+        assert [remembered("q", ask), remembered("q", ask)] == [3, 3]
+    assert remembered("q", ask) == 4

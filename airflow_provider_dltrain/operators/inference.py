@@ -154,8 +154,12 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         if not self.mlflow_conn_id:
             return TrackingConfig()
         from airflow_provider_dltrain.hooks.mlflow import MlflowHook  # type: ignore[import-not-found]
+        from airflow_provider_dltrain.utils.snapshot import remembered
 
-        return MlflowHook(mlflow_conn_id=self.mlflow_conn_id).get_tracking_config()
+        conn_id = self.mlflow_conn_id
+        return remembered(
+            ("tracking", conn_id), lambda: MlflowHook(mlflow_conn_id=conn_id).get_tracking_config()
+        )
 
     def _storage_options(self, conn_id: str | None, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.operators.task_context import storage_options_for

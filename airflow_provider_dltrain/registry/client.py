@@ -95,7 +95,15 @@ def _template_hint(value: str) -> str:
 
 
 def search_versions(client: Any, filter_string: str) -> list[ModelVersionInfo]:
-    """Every model version matching ``filter_string``, across all result pages."""
+    """Every model version matching ``filter_string``, across all result pages (once per
+    :func:`~airflow_provider_dltrain.utils.snapshot.snapshot`, e.g. a backfill plan's)."""
+    from airflow_provider_dltrain.utils.snapshot import remembered
+
+    store = getattr(client, "_registry_uri", None) or id(client)
+    return remembered(("search_versions", store, filter_string), lambda: _search(client, filter_string))
+
+
+def _search(client: Any, filter_string: str) -> list[ModelVersionInfo]:
     found: list[ModelVersionInfo] = []
     token: str | None = None
     while True:

@@ -137,7 +137,14 @@ class _Module:
 
 
 def module_sources(module_name: str) -> dict[str, bytes]:
-    """``{module name: source bytes}`` of ``module_name`` and the modules of its code base it imports."""
+    """``{module name: source bytes}`` of ``module_name`` and the modules of its code base it imports
+    (read once per :func:`~airflow_provider_dltrain.utils.snapshot.snapshot`, e.g. a backfill plan's)."""
+    from airflow_provider_dltrain.utils.snapshot import remembered
+
+    return remembered(("module_sources", module_name), lambda: _read_sources(module_name))
+
+
+def _read_sources(module_name: str) -> dict[str, bytes]:
     root = _locate(module_name)
     if root is None:
         return {}
