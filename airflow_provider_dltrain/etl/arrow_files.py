@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -245,3 +245,39 @@ def file_writer_fn(
             yield pa.RecordBatch.from_pylist([row], schema=schema)
 
     return write_files
+
+
+def refused_file_results(
+    table_uri: str,
+    quarantine_uri: str,
+    rel_dir: str,
+    write_id: str,
+    partition: dict[str, str],
+    storage_options: Mapping[str, str] | None,
+    refused: Sequence[Any],
+) -> list[dict[str, Any]]:
+    """One quarantine row per landed file not read (``path``, ``reason``), written where it runs (the
+    driver) by the executors' file writer (same Parquet, stats and digest); its result rows."""
+    if not refused:
+        return []
+    import pyarrow as pa
+
+    write_files = file_writer_fn(
+        table_uri=table_uri,
+        quarantine_uri=quarantine_uri,
+        rel_dir=rel_dir,
+        write_id=write_id,
+        data_schema=pa.schema([]),
+        partition=partition,
+        has_error_column=True,
+        storage_options=dict(storage_options or {}),
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "source_file": [r.path for r in refused],
+            "_error": [r.reason for r in refused],
+            "landing": ["not read"] * len(refused),
+        }
+    )
+    rows = [row for out in write_files(iter([batch])) for row in out.to_pylist()]
+    return [{**row, "reasons": dict(row["reasons"] or [])} for row in rows]  # a map, as Spark gives it

@@ -175,11 +175,12 @@ def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], spe
     (:func:`landing_files.refused_files`); the write quarantines them.
     """
     from airflow_provider_dltrain.etl import landing_files, landing_reads
+    from airflow_provider_dltrain.etl.landing_files import checks_lines, max_file_bytes_of, max_line_bytes_of
     from airflow_provider_dltrain.etl.remote_files import BINARY_FILE_DDL
 
     if _has_glob(local) and not os.path.isdir(landing_files.anchor_of(local)):
         raise InputNotFoundError(f"nothing at {landing_files.anchor_of(local)} (the path does not exist)")
-    max_line_bytes, max_file_bytes = _max_line_bytes(spec), _max_file_bytes(spec, fmt, options)
+    max_line_bytes, max_file_bytes = max_line_bytes_of(spec), max_file_bytes_of(spec, fmt, options)
     glob = options.pop("pathGlobFilter", None) if fmt == "binaryFile" else options.get("pathGlobFilter")
     landing = landing_files.list_landing(
         local, glob, spark_reads=fmt != "binaryFile", max_file_bytes=max_file_bytes
@@ -198,7 +199,7 @@ def _read_landing(spark: Any, local: str, fmt: str, options: dict[str, str], spe
         reader = landing_reads.binary_file_reader(landing.anchor, max_file_bytes)
         df = listing.mapInArrow(reader, BINARY_FILE_DDL)
     else:
-        rule = landing_reads.RecordRule.of(fmt, options) if _checks_lines(fmt, options) else None
+        rule = landing_reads.RecordRule.of(fmt, options) if checks_lines(fmt, options) else None
 
         def check(path: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
             return landing_reads.check_records(path, chunks, max_line_bytes, rule) if rule else chunks
@@ -213,14 +214,6 @@ def _check_format(name: str, spec: Mapping[str, Any]) -> None:
     fmt = spec.get("format", "parquet")
     if fmt not in RAW_FORMATS:
         raise InvalidSpecError(f"inputs[{name!r}].format {fmt!r} is not supported; use one of {RAW_FORMATS}")
-
-
-def _checks_lines(fmt: str, options: Mapping[str, str]) -> bool:
-    """Spark splits these into lines: a one-record JSON file or a whole-text read is one record."""
-    lowered = {k.lower(): str(v).lower() for k, v in options.items()}
-    if fmt == "json":
-        return lowered.get("multiline") != "true"
-    return fmt == "csv" or (fmt == "text" and lowered.get("wholetext") != "true")
 
 
 def _spark_read(
@@ -247,36 +240,6 @@ def _spark_read(
 def _hadoop_literal(path: str) -> str:
     """``path`` as a Hadoop glob matching itself only (Spark globs every path it is given)."""
     return "".join(f"\\{c}" if c in "*?[]{}\\" else c for c in path)
-
-
-def _max_line_bytes(spec: Mapping[str, Any]) -> int:
-    from airflow_provider_dltrain.etl.landing_files import MAX_LINE_BYTES
-
-    value = spec.get("max_line_bytes", MAX_LINE_BYTES)
-    try:
-        limit = int(value)
-    except (TypeError, ValueError):
-        limit = 0
-    if limit <= 0 or isinstance(value, bool):
-        raise InvalidSpecError(f"max_line_bytes must be a positive number of bytes, got {value!r:.100}")
-    return limit
-
-
-def _max_file_bytes(spec: Mapping[str, Any], fmt: str, options: Mapping[str, str]) -> int | None:
-    """The input's ``max_file_bytes``; by default a limit only where Spark reads a file as one record."""
-    from airflow_provider_dltrain.etl.landing_files import MAX_FILE_BYTES
-
-    value = spec.get("max_file_bytes")
-    if value is None:
-        lowered = {k.lower(): str(v).lower() for k, v in options.items()}
-        whole = fmt == "binaryFile" or lowered.get("multiline" if fmt == "json" else "wholetext") == "true"
-        return MAX_FILE_BYTES if whole and fmt in ("binaryFile", "json", "text") else None
-    limit = value if isinstance(value, int) and not isinstance(value, bool) else 0
-    if isinstance(value, str) and value.strip().isdigit():
-        limit = int(value)
-    if limit <= 0:
-        raise InvalidSpecError(f"max_file_bytes must be a positive number of bytes, got {value!r:.100}")
-    return limit
 
 
 def _has_glob(path: str) -> bool:
@@ -356,9 +319,11 @@ def check_inputs(inputs: Mapping[str, Any]) -> None:
             check_dvc_spec(name, spec)
             _check_format(name, spec)
         elif isinstance(spec, Mapping):
+            from airflow_provider_dltrain.etl.landing_files import max_file_bytes_of, max_line_bytes_of
+
             try:
-                _max_line_bytes(spec)
-                _max_file_bytes(spec, str(spec.get("format", "parquet")), dict(spec.get("options") or {}))
+                max_line_bytes_of(spec)
+                max_file_bytes_of(spec, str(spec.get("format", "parquet")), dict(spec.get("options") or {}))
             except InvalidSpecError as err:
                 raise InvalidSpecError(f"inputs[{name!r}].{err}") from None
 

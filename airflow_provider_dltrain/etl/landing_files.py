@@ -27,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,6 +254,41 @@ def _keep(path: str, reason: str | None, files: list[str], refused: list[Refused
         refused.append(RefusedFile(path, reason))
     else:
         files.append(path)
+
+
+def checks_lines(fmt: str, options: Mapping[str, str]) -> bool:
+    """Spark splits these into lines: a one-record JSON file or a whole-text read is one record."""
+    lowered = {k.lower(): str(v).lower() for k, v in options.items()}
+    if fmt == "json":
+        return lowered.get("multiline") != "true"
+    return fmt == "csv" or (fmt == "text" and lowered.get("wholetext") != "true")
+
+
+def max_line_bytes_of(spec: Mapping[str, Any]) -> int:
+    """The input's ``max_line_bytes`` (default 1 MiB), or :class:`InvalidSpecError`."""
+    value = spec.get("max_line_bytes", MAX_LINE_BYTES)
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = 0
+    if limit <= 0 or isinstance(value, bool):
+        raise InvalidSpecError(f"max_line_bytes must be a positive number of bytes, got {value!r:.100}")
+    return limit
+
+
+def max_file_bytes_of(spec: Mapping[str, Any], fmt: str, options: Mapping[str, str]) -> int | None:
+    """The input's ``max_file_bytes``; by default a limit only where Spark reads a file as one record."""
+    value = spec.get("max_file_bytes")
+    if value is None:
+        lowered = {k.lower(): str(v).lower() for k, v in options.items()}
+        whole = fmt == "binaryFile" or lowered.get("multiline" if fmt == "json" else "wholetext") == "true"
+        return MAX_FILE_BYTES if whole and fmt in ("binaryFile", "json", "text") else None
+    limit = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if isinstance(value, str) and value.strip().isdigit():
+        limit = int(value)
+    if limit <= 0:
+        raise InvalidSpecError(f"max_file_bytes must be a positive number of bytes, got {value!r:.100}")
+    return limit
 
 
 def check_line_lengths(

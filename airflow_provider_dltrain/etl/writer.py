@@ -21,7 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_dltrain.etl.arrow_files import QUARANTINE_FIELDS, file_writer_fn, result_schema
+from airflow_provider_dltrain.etl.arrow_files import (
+    QUARANTINE_FIELDS,
+    file_writer_fn,
+    refused_file_results,
+    result_schema,
+)
 from airflow_provider_dltrain.etl.landing_files import RefusedFile, refused_files
 from airflow_provider_dltrain.etl.progress import SparkProgress
 from airflow_provider_dltrain.exceptions import BadDataError, InvalidSpecError
@@ -271,7 +276,18 @@ def _write_with_delta_rs(
     with SparkProgress(df.sparkSession, f"writing {t.rel_dir} of {t.table_uri}"):
         rows = df.mapInArrow(fn, result_schema()).collect()
     got = _Collected()
-    for row in [*rows, *_refused_rows(t, write_id, refused)]:
+    for row in [
+        *rows,
+        *refused_file_results(
+            t.table_uri,
+            t.quarantine_uri,
+            t.rel_dir,
+            f"{write_id}-landing",
+            t.spec,
+            t.storage_options,
+            refused,
+        ),
+    ]:
         got.add(row)
     got.refused = len(refused)
     n_good, n_bad = sum(f.num_records for f in got.good), sum(f.num_records for f in got.bad)
@@ -299,34 +315,6 @@ def _write_with_delta_rs(
         quarantine_committed=bool(quarantine and quarantine.committed),
         digest=main.digest,
     )
-
-
-def _refused_rows(t: _Target, write_id: str, refused: Sequence[RefusedFile]) -> list[dict[str, Any]]:
-    """One quarantine row per refused landed file (path, reason), written on the driver by the same
-    file writer as the executors' (same Parquet, stats and digest); its result rows."""
-    if not refused:
-        return []
-    import pyarrow as pa
-
-    write_files = file_writer_fn(
-        table_uri=t.table_uri,
-        quarantine_uri=t.quarantine_uri,
-        rel_dir=t.rel_dir,
-        write_id=f"{write_id}-landing",
-        data_schema=pa.schema([]),
-        partition=t.spec,
-        has_error_column=True,
-        storage_options=dict(t.storage_options or {}),
-    )
-    batch = pa.RecordBatch.from_pydict(
-        {
-            "source_file": [r.path for r in refused],
-            ERROR_COLUMN: [r.reason for r in refused],
-            "landing": ["not read"] * len(refused),
-        }
-    )
-    rows = [row for out in write_files(iter([batch])) for row in out.to_pylist()]
-    return [{**row, "reasons": dict(row["reasons"] or [])} for row in rows]  # a map, as Spark gives it
 
 
 def _refuse(t: _Target, got: _Collected) -> None:
