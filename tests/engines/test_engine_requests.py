@@ -15,7 +15,7 @@ from engine_helpers import aws_client
 from airflow_provider_dltrain.engines import RunIdentity, RunSpec, get_engine
 from airflow_provider_dltrain.engines.base import StagedRun
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.testing.fake_aws_process import credentials_for
+from airflow_provider_dltrain.testing.fake_aws_process import client, credentials_for
 
 ID = RunIdentity(dag_id="nightly", run_id="scheduled__2026-11-28", task_id="ingest", try_number=2)
 SPEC = RunSpec(
@@ -35,7 +35,8 @@ STAGED = StagedRun(
 
 
 def _clients(service):
-    return aws_client(service, "http://127.0.0.1:9")  # never called by the request builders
+    # never called by the request builders: no fake there, so no keys either
+    return client(service, "http://127.0.0.1:9", credentials=("AKFANOTCALLED0000000", "not-called"))
 
 
 def test_spec_round_trips_as_json_and_refuses_another_version_or_a_callable():
