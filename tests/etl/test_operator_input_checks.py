@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_dltrain.airflow_compat import AirflowFailException
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidPartitionError, InvalidSpecError
 from airflow_provider_dltrain.operators.inference import SparkBatchInferenceOperator
 from airflow_provider_dltrain.operators.registry import RegisterModelOperator

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_provider_dltrain.airflow_compat import TaskDeferred
 from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
 from airflow_provider_dltrain.sensors.delta import PINS
 

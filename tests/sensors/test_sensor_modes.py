@@ -81,11 +81,11 @@ def test_a_mode_from_default_args_is_checked_too():
 
 def test_the_serialized_dag_keeps_the_mode_the_scheduler_acts_on():
     """The scheduler decides from the serialized task whether a poke may be rescheduled."""
-    from airflow.serialization.serialized_objects import DagSerialization
+    from tests.support.airflow_versions import serialized_round_trip
 
     with DAG("modes_serialized", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         sensor(mode="reschedule", poll_interval=1)
         DeltaTableVersionSensor(task_id="slow", table_uri="/tmp/none", aws_conn_id=None, mode="reschedule")
-    round_trip = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    round_trip = serialized_round_trip(dag)
     assert round_trip.get_task("wait").reschedule is False
     assert round_trip.get_task("slow").reschedule is True

@@ -9,8 +9,13 @@ import time
 from datetime import timedelta
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
+from airflow_provider_dltrain.airflow_compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    TaskDeferred,
+)
 from airflow_provider_dltrain.exceptions import InvalidPartitionError
 from airflow_provider_dltrain.sensors import DeltaTableVersionSensor
 from airflow_provider_dltrain.triggers import DeltaTableVersionTrigger
