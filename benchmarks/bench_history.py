@@ -16,7 +16,9 @@ its re-resolved equivalent, the backfill report's verdict ``reproduced``.
 
 Figures: per-date cost at day 360 ÷ at day 10, locally and on S3 (goal <= 1.5); S3 requests at
 day 360 ÷ at day 10 (goal <= 1.1: equal within a constant); the local generator's wall time ÷ 15
-minutes (goal <= 1); the backfilled dates that reproduced ÷ 3 (goal >= 1).
+minutes (goal <= 1); the backfilled dates that reproduced ÷ 3 (goal >= 1); the backfill plan of
+every night at once in seconds ÷ 2 s (goal <= 1, with its ratio to one night's plan) and the
+backfilled dates whose outcome the plan predicted ÷ 3 (goal >= 1), see ``benchmarks.plan_year``.
 ``DLTRAIN_BENCH_HISTORY_NIGHTS`` shortens the year (days 10 and nights-5; backfills of 3, nights/2
 and nights-5).
 """
@@ -30,6 +32,7 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks import plan_year
 from benchmarks.history_year import Year, generate, rerun
 
 ROUNDS = 15
@@ -71,7 +74,8 @@ def _local(nights: int) -> tuple[list[dict[str, Any]], float]:
         )
         early, late = _cost(year, 10), _cost(year, nights - 5)
         days = [3, nights // 2 if nights < 365 else 180, nights - 5]
-        reproduced, detail = backfill(home, year, days)
+        reproduced, detail, by_date = backfill(home, year, days)
+        planned = plan_year.results(home, year.start, nights, by_date)
         return [
             {
                 "name": f"history: unchanged re-run of a date, day {nights - 5} / day 10 (local)",
@@ -85,6 +89,7 @@ def _local(nights: int) -> tuple[list[dict[str, Any]], float]:
                 "goal": ">= 1.0",
                 "detail": detail,
             },
+            *planned,
         ], year.seconds
 
 
@@ -103,8 +108,9 @@ def _mlflow_runs(year: Year) -> int:
     )
 
 
-def backfill(home: str, year: Year, days: list[int]) -> tuple[int, str]:
-    """Backfill ``days`` of ``year`` through Airflow; how many reproduced the nightly, and what each did."""
+def backfill(home: str, year: Year, days: list[int]) -> tuple[int, str, dict[str, bool]]:
+    """Backfill ``days`` of ``year`` through Airflow; how many reproduced the nightly, what each did,
+    and per date whether it reproduced."""
     from airflow_provider_dltrain.demo.run import DagRunner, airflow_env
     from benchmarks import year_model
 
@@ -129,10 +135,11 @@ def backfill(home: str, year: Year, days: list[int]) -> tuple[int, str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    words, good = [], 0
+    words, good, by_date = [], 0, {}
     untouched = _table_versions(year) == tables and _mlflow_runs(year) == runs
     for ds, outcome in zip(dates, outcomes, strict=False):
         problems = _reproduction_problems(year, ds, outcome)
+        by_date[ds] = not problems and untouched
         if not problems and untouched:
             good += 1
         verdict = (outcome.state.get("report") or {}).get("verdict")
@@ -143,7 +150,7 @@ def backfill(home: str, year: Year, days: list[int]) -> tuple[int, str]:
         print(f"   backfill {words[-1]} in {outcome.seconds:.1f}s", flush=True)
     if not untouched:
         words.append("a table or the MLflow store changed during the backfills")
-    return good, f"({'; '.join(words)}; {seconds:.0f}s for {len(dates)} runs)"
+    return good, f"({'; '.join(words)}; {seconds:.0f}s for {len(dates)} runs)", by_date
 
 
 def _reproduction_problems(year: Year, ds: str, outcome: Any) -> list[str]:
