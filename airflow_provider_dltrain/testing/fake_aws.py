@@ -338,7 +338,8 @@ def _print_connection(
 ) -> None:
     """Write the exports to ``env_file`` (0600), then print what to use without the secret, then the
     READY line, in one write (a reader that stops at READY has it all)."""
-    from airflow_provider_dltrain.testing.fake_aws_process import CONN_ID, write_private
+    from airflow_provider_dltrain.testing.fake_aws_keys import write_private
+    from airflow_provider_dltrain.testing.fake_aws_process import CONN_ID
 
     write_private(env_file, "\n".join(client_exports(endpoint, credentials)) + "\n")
     lines = [

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import selectors
-import shlex
 import signal
 import subprocess
 import sys
@@ -27,6 +26,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from airflow_provider_dltrain.testing.fake_aws_keys import (
+    Keys,
+    credentials_for,
+    forget,
+    read_env_file,
+    remember,
+)
+
 REGION = "us-east-1"
 CONN_ID = "aws"
 ENV_FILE_NAME = "fake_aws.env"
@@ -37,43 +44,6 @@ EMR_LIVE = ["STARTING", "BOOTSTRAPPING", "RUNNING", "WAITING"]
 GLUE_LIVE = {"STARTING", "RUNNING", "STOPPING"}
 EC2_LIVE = ["pending", "running", "stopping", "stopped"]
 ES_RUN_LIVE = {"SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"}
-Keys = tuple[str, str]  # (access key id, secret access key)
-# the credentials of every fake this process started, by endpoint (read from its 0600 file)
-_STARTED: dict[str, Keys] = {}
-
-
-def credentials_for(endpoint: str) -> Keys:
-    """The credentials of the fake at ``endpoint``, which this process started; ValueError otherwise."""
-    try:
-        return _STARTED[endpoint]
-    except KeyError:
-        raise ValueError(
-            f"no fake AWS at {endpoint} was started by this process, so its credentials are unknown: "
-            "pass credentials=, read from the --env-file the fake wrote"
-        ) from None
-
-
-def read_env_file(path: str | Path) -> dict[str, str]:
-    """The ``export NAME=value`` lines of a file such as ``dltrain fake-aws --env-file`` writes."""
-    env = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if line.startswith("export "):
-            name, _, value = line[len("export ") :].partition("=")
-            env[name] = " ".join(shlex.split(value))
-    return env
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (0600 from the first byte; never through a
-    link)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # the file may have existed with a wider mode
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 def connection_extra(endpoint: str) -> dict[str, str]:
@@ -291,14 +261,14 @@ def start_fake_aws(
     try:
         endpoint = _read_ready(proc, log_path, timeout)
         exported = read_env_file(env_file)
-        _STARTED[endpoint] = (exported["AWS_ACCESS_KEY_ID"], exported["AWS_SECRET_ACCESS_KEY"])
+        remember(endpoint, (exported["AWS_ACCESS_KEY_ID"], exported["AWS_SECRET_ACCESS_KEY"]))
         yield FakeAws(endpoint, log_path, pid_file, instance, env_file)
     except BaseException:
         failed = True
         raise
     finally:
         _stop(proc)
-        _STARTED.pop(endpoint, None)
+        forget(endpoint)
         left = _kill_left_over(pid_file)
         left_containers = container_leaks(instance) if instance else []
         if left_containers:  # remove them whatever happened, and say so below

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from airflow_provider_dltrain.testing.fake_aws_process import read_env_file, write_private
+from airflow_provider_dltrain.testing.fake_aws_keys import read_env_file, write_private
 from airflow_provider_dltrain.utils.ports import free_port
 
 MARK = "DLTRAIN_RAY_CLUSTER"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from airflow_provider_dltrain.testing.fake_aws_process import READY, client, live_job_groups, read_env_file
+from airflow_provider_dltrain.testing.fake_aws_keys import read_env_file
+from airflow_provider_dltrain.testing.fake_aws_process import READY, client, live_job_groups
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "airflow_provider_dltrain"
