@@ -40,6 +40,21 @@ def date_range(start: str, end: str) -> tuple[date, date]:
     return first, last
 
 
+def run_conf(text: str | None) -> dict[str, Any] | None:
+    """The backfill's run configuration from its JSON text (an object), refused naming ``conf``."""
+    import json
+
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise InvalidSpecError(f"conf: not JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise InvalidSpecError(f"conf: expected a JSON object of params, got {type(value).__name__}")
+    return value
+
+
 def scrubbed(value: Any) -> Any:
     """``value`` with every URI's userinfo removed and every secret-named key's value masked."""
     if isinstance(value, str):

@@ -113,8 +113,13 @@ def _print_plan(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.backfill_runs import run_outcomes
     from airflow_provider_dltrain.backfill_views import load_dag, scrubbed
 
+    try:
+        conf = json.loads(args.conf) if args.conf else None
+    except ValueError as err:
+        print(f"--conf is not JSON: {err}", file=sys.stderr)
+        return 2
     runs = run_outcomes(args.dag_id, args.start, args.end)
-    plan = plan_backfill(load_dag(args.dag_id), args.start, args.end, runs=runs)
+    plan = plan_backfill(load_dag(args.dag_id), args.start, args.end, runs=runs, conf=conf)
     print(json.dumps(scrubbed(plan.to_dict()), indent=2) if args.json else format_plan(plan))
     return 0
 
@@ -211,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="before a backfill: per date, will it skip or recompute (and why), and what it will cost; "
         "each task decides with its own connections, as the run would",
+    )
+    report.add_argument(
+        "--conf",
+        help="with --plan: the backfill's run configuration as JSON (the DAG's params it overrides), e.g. '{\"hparams\": {\"lr\": 0.01}}'",
     )
     _tracking_option(report)
     report.set_defaults(func=cmd_backfill_report)

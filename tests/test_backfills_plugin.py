@@ -111,6 +111,7 @@ def test_the_page_opens_with_the_ui_cookie(client):
         ("start=2026-03-02&end=2026-03-01", "is before start"),
         ("start=2026-13-01&end=2026-03-01", "start: "),
         ("start=2025-01-01&end=2026-03-01", "more than 400 dates"),
+        ("start=2026-03-01&end=2026-03-01&conf=[1]", "conf: expected a JSON object"),
     ],
 )
 def test_a_bad_range_is_refused_naming_the_field(client, query, says):

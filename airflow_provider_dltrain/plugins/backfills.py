@@ -10,7 +10,8 @@ loads it when it starts.
 Routes (``start``/``end`` are dates ``YYYY-MM-DD``, at most 400 dates apart):
 
 - ``GET /dltrain/backfills/`` — the page (plan and grid, plain HTML and JS);
-- ``GET /dltrain/backfills/api/dags/{dag_id}/plan?start=&end=`` — :func:`~..backfill_plan.plan_backfill`;
+- ``GET /dltrain/backfills/api/dags/{dag_id}/plan?start=&end=[&conf=JSON]`` — the plan
+  (:func:`~airflow_provider_dltrain.backfill_plan.plan_backfill`; ``conf``: the backfill's run configuration);
 - ``GET /dltrain/backfills/api/dags/{dag_id}/verdicts?start=&end=`` — the verdict grid;
 - ``GET /dltrain/backfills/api/dags/{dag_id}/dates/{ds}`` — one date: changes, plan, lineage, links.
 """
@@ -51,8 +52,10 @@ def create_app() -> Any:
         return PAGE
 
     @app.get("/api/dags/{dag_id}/plan", dependencies=read_runs)
-    def plan(dag_id: str, start: str, end: str) -> Any:
-        return answer(lambda: views.plan_view(dag_id, *views.date_range(start, end)))
+    def plan(dag_id: str, start: str, end: str, conf: str | None = None) -> Any:
+        return answer(
+            lambda: views.plan_view(dag_id, *views.date_range(start, end), conf=views.run_conf(conf))
+        )
 
     @app.get("/api/dags/{dag_id}/verdicts", dependencies=read_runs)
     def verdicts(dag_id: str, start: str, end: str) -> Any:
