@@ -1,0 +1,201 @@
+"""The checks of :mod:`.harness`: each real answer against the oracle (:mod:`.model`), rules R1-R6.
+
+A real answer is the oracle's, or a typed refusal (a ``DltrainError``) where the oracle allows one;
+an untyped error is a violation too (no clear refusal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from airflow_provider_dltrain.exceptions import DltrainError
+from airflow_provider_dltrain.lake.history import cutoff_commit, partition_commit
+from airflow_provider_dltrain.lake.reader import read_version, scan_version
+from airflow_provider_dltrain.lake.rerun_facts import version_fingerprint
+from tests.contract.delta_sim import COLUMN, log_text
+from tests.contract.model import Model
+
+# DLTRAIN_CONTRACT_SURVEY=1: record every violation (by kind) instead of stopping at the first
+SURVEY = os.environ.get("DLTRAIN_CONTRACT_SURVEY") == "1"
+SURVEY_FOUND: dict[str, list[str]] = {}
+# the soak (DLTRAIN_CONTRACT_MINUTES) reads every pin after every step
+THOROUGH = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0") or 0) > 0
+
+
+def category(message: str) -> str:
+    """A violation's kind: its message without numbers, quoted values and paths."""
+    return re.sub(r"[0-9]+|'[^']*'|/tmp/\S+", "#", message)[:160]
+
+
+logging.getLogger("airflow_provider_dltrain").setLevel(logging.ERROR)  # warnings by the thousand
+
+
+class Violation(AssertionError):
+    """An answer the contract does not allow."""
+
+
+class ContractChecks:
+    """The checks, mixed into the state machine (which holds ``model``, ``uri``, ``tmp``)."""
+
+    model: Model
+    uri: str
+    tmp: str
+    fingerprints: dict[tuple[str, str], tuple[int, str]]
+
+    def text(self, i: int) -> str:
+        raise NotImplementedError
+
+    def facts(self, i: int) -> str:
+        raise NotImplementedError
+
+    def _answer(self, what: str, call: Callable[[], Any]) -> Any:
+        """The real answer, or the typed refusal (returned); anything else is a violation."""
+        try:
+            return call()
+        except DltrainError as err:
+            return err
+        except Exception as err:  # not a clear, typed refusal
+            raise Violation(f"{what}: untyped error {type(err).__name__}: {err}") from err
+
+    def _pin_rule(self, what: str, expected: int | None, got: Any, selects: Callable[[str], bool]) -> None:
+        """R1-R3: the exact pin; once the commits that name it are gone, a version holding the same
+        rows (the oldest readable one, with a warning) or a typed refusal; never other rows."""
+        if expected is None:
+            if not isinstance(got, DltrainError):
+                raise Violation(f"{what}: nothing to pin, yet pinned {got}")
+            return
+        known = self.model.all_knowable(expected)
+        if isinstance(got, DltrainError):
+            if known:
+                raise Violation(
+                    f"{what}: refused ({got}) although the history to name version {expected} is there"
+                )
+            return
+        if got.version == expected:
+            return
+        if known or not 0 <= got.version <= self.model.latest:
+            raise Violation(
+                f"{what}: pinned version {got.version}, the contract says version {expected} (R1-R2)"
+            )
+        if self.model.rows(got.version, selects) != self.model.rows(expected, selects):
+            raise Violation(
+                f"{what}: pinned version {got.version} for version {expected} after its history was lost, and "
+                "their rows differ (R3)"
+            )
+
+    def check_cutoff_pin(self, text: str) -> None:
+        got = self._answer(f"cutoff_commit <= {text}", lambda: cutoff_commit(self.uri, {COLUMN: text}))
+        self._pin_rule(
+            f"cut-off pin of {COLUMN} <= {text}", self.model.cutoff(text), got, self.model.at_or_before(text)
+        )
+
+    def check_partition_pin(self, text: str) -> None:
+        got = self._answer(f"partition_commit {text}", lambda: partition_commit(self.uri, {COLUMN: text}))
+        if isinstance(got, DltrainError) and self.model.kind == "timestamp":
+            return  # a timestamp is no partition value a run names (':' and ' '): refused at the door
+        self._pin_rule(
+            f"partition pin of {COLUMN}={text}", self.model.partition_pin(text), got, lambda t: t == text
+        )
+
+    def check_unchanged_rerun(self, i: int) -> None:
+        from airflow_provider_dltrain.jobs.rerun_check import _decide
+
+        text, facts = self.text(i), self.facts(i)
+        if self.model.kind == "timestamp":
+            return  # no partition value a run names (see check_partition_pin)
+        check = self._answer(
+            f"re-run of {text}",
+            lambda: _decide(
+                self.uri,
+                {COLUMN: text},
+                json.loads(facts),
+                "",
+                lambda _: None,
+                False,
+                os.path.join(self.tmp, "quarantine"),
+                lambda last, reason, pairing: {"version": last.ref.version},
+            ),
+        )
+        expected = self.model.may_skip(text, facts)
+        last = self.model.last_data_write(text)
+        known = last is not None and self.model.all_knowable(last)
+        if isinstance(check, DltrainError):
+            if known:
+                raise Violation(
+                    f"re-run of {COLUMN}={text} refused although its history is there (R5): {check}"
+                )
+            return
+        if check.result is not None:
+            if check.result["version"] != expected:
+                raise Violation(
+                    f"re-run of {COLUMN}={text} skipped returning version {check.result['version']}; the contract "
+                    f"says {'compute' if expected is None else f'version {expected}'} (R5): {check.reason}"
+                )
+        elif expected is not None:
+            why = "unchanged" if known else "the facts of its last write are lost: refuse, never recompute"
+            raise Violation(
+                f"re-run of {COLUMN}={text} computes although {why} since {expected} (R5): {check.reason}"
+            )
+
+    def check_read(self, version: int, filters: list[tuple[str, str, str]]) -> None:
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+
+        selects = self.model.selects(filters)
+        what = f"read of version {version} with {filters}"
+
+        def read() -> Any:
+            scan = scan_version(DeltaRef(self.uri, version), None, filters)
+            return scan, read_version(scan, scan.schema.names, tuple([tuple(filters)]))
+
+        got = self._answer(what, read)
+        if isinstance(got, DltrainError):
+            if self.model.fully_readable(version, selects):
+                raise Violation(f"{what}: refused ({got}) although its log and files are there (R4)")
+            return
+        scan, table = got
+        columns = tuple(scan.schema.names)
+        if set(columns) != set(self.model.columns(version)):
+            raise Violation(
+                f"{what}: columns {list(columns)}, the version has {list(self.model.columns(version))} (R4)"
+            )
+        rows = _rows_of(table, self.model.kind, "extra" in columns)
+        expected = self.model.rows(version, selects)
+        if rows != expected:
+            raise Violation(f"{what}: rows {rows}, the contract says {expected} (R4)")
+
+    def check_fingerprints(self, reads: list[tuple[int, list[tuple[str, str, str]]]]) -> None:
+        """R6 for the newest pin against every content fingerprinted before (remembered by hash)."""
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+
+        for version, filters in reads:
+            ref = DeltaRef(self.uri, version)
+            got = self._answer("version_fingerprint", partial(version_fingerprint, ref, filters))
+            if isinstance(got, DltrainError):
+                continue
+            rows = repr((self.model.rows(version, self.model.selects(filters)), self.model.columns(version)))
+            other = self.fingerprints.setdefault((got["hash"], repr(filters)), (version, rows))
+            if other[1] != rows:
+                raise Violation(
+                    f"fingerprint {got['hash'][:12]} of {filters} names version {other[0]}'s rows and version "
+                    f"{version}'s, which differ (R6)"
+                )
+
+
+def _rows_of(table: Any, kind: str, wide: bool) -> list[tuple[Any, ...]]:
+    out = []
+    for row in table.to_pylist():
+        value = row[COLUMN]
+        if kind == "date":
+            value = value.isoformat()
+        elif kind == "timestamp":
+            value = log_text(kind, value)
+        else:
+            value = str(value)
+        out.append((value, row["id"], row["value"], *((row["extra"],) if wide else ())))
+    return sorted(out, key=repr)

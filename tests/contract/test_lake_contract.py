@@ -1,0 +1,76 @@
+"""The contract searched: generated histories of a table, every date checked after every step.
+
+``make test`` runs the ``ci`` profile: a fixed seed (the same histories on every machine), 200
+histories of 30 steps. ``make soak MINUTES=30 SEED=7`` runs the ``soak`` profile: new seeds from
+SEED on, until MINUTES are up. A failure prints the seed, the shrunk history as a runnable program
+(``state = LakeHistory()`` and its steps) and the ``@reproduce_failure`` blob.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import seed as with_seed
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.contract.harness import STATS, STEPS, LakeHistory
+
+HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_HISTORIES", "200"))
+SEED = int(os.environ.get("DLTRAIN_CONTRACT_SEED", "46"))
+SOAK_MINUTES = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0"))
+
+
+def _settings(histories: int) -> settings:
+    return settings(
+        # a few generated histories end early (Hypothesis' choice buffer is full): ask for 8% more
+        max_examples=histories + histories // 12,
+        stateful_step_count=STEPS + 1,  # the table's creation counts as a step
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        # DLTRAIN_CONTRACT_SHRINK=0: report the first failing history as found, unshrunk (quicker)
+        phases=[Phase.explicit, Phase.generate]
+        if os.environ.get("DLTRAIN_CONTRACT_SHRINK") == "0"
+        else [Phase.explicit, Phase.generate, Phase.shrink, Phase.explain],
+    )
+
+
+def _run(seed: int, histories: int) -> None:
+    machine = with_seed(seed)(type("LakeHistory", (LakeHistory,), {}))
+    try:
+        run_state_machine_as_test(machine, settings=_settings(histories))
+    except BaseException as err:
+        err.add_note(
+            f"contract history seed {seed} (DLTRAIN_CONTRACT_SEED={seed}); run it again with "
+            f"`make soak MINUTES=1 SEED={seed}` or paste the printed steps into a test"
+        )
+        raise
+
+
+@pytest.mark.skipif(SOAK_MINUTES > 0, reason="the soak runs test_soak_finds_no_history_breaking_the_contract")
+def test_generated_histories_give_each_date_the_contracts_answer() -> None:
+    before = dict(STATS)
+    started = time.monotonic()
+    _run(SEED, HISTORIES)
+    from tests.contract.harness import SURVEY_FOUND
+
+    for kind, found in sorted(SURVEY_FOUND.items(), key=lambda kv: -len(kv[1])):
+        print(f"{len(found):5d}  {kind}\n       e.g. {found[0][:400]}")
+    histories = STATS["histories"] - before["histories"]
+    steps = STATS["steps"] - before["steps"]
+    print(f"{histories} histories, {steps} checked steps in {time.monotonic() - started:.1f} s (seed {SEED})")
+    assert histories >= HISTORIES, f"only {histories} histories of {STEPS} steps ran"
+
+
+@pytest.mark.skipif(SOAK_MINUTES <= 0, reason="make soak sets DLTRAIN_CONTRACT_MINUTES")
+def test_soak_finds_no_history_breaking_the_contract() -> None:
+    deadline = time.monotonic() + SOAK_MINUTES * 60
+    seed = SEED
+    while time.monotonic() < deadline:
+        _run(seed, 50)
+        seed += 1
+    print(f"soak: {STATS['histories']} histories, {STATS['steps']} checked steps, seeds {SEED}..{seed - 1}")
