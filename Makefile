@@ -179,6 +179,15 @@ test-images: dockerd horovod
 bench: install horovod
 	$(PY) -m benchmarks
 
+# The generated contract histories (tests/contract) for MINUTES, from seed SEED on, every pin read after
+# every step (make test runs 200 histories of seed 46). A failure prints its seed and the shrunk history.
+MINUTES ?= 30
+SEED ?= 1
+.PHONY: soak
+soak: install
+	DLTRAIN_CONTRACT_MINUTES=$(MINUTES) DLTRAIN_CONTRACT_SEED=$(SEED) $(PY) -m pytest -p no:xdist -q -s \
+		-p no:cacheprovider tests/contract/test_lake_contract.py
+
 # lint-imports: the layer contracts of pyproject.toml ([tool.importlinter]): imports point down only.
 lint: install
 	$(VENV)/bin/ruff check airflow_provider_dltrain dags tests benchmarks
