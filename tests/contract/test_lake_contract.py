@@ -18,6 +18,10 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tests.contract.harness import STATS, STEPS, LakeHistory
 
+pytestmark = [
+    pytest.mark.heavy("200 generated histories of 30 steps, each step checked on real files (about 90 s)")
+]
+
 HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_HISTORIES", "200"))
 SEED = int(os.environ.get("DLTRAIN_CONTRACT_SEED", "46"))
 SOAK_MINUTES = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0"))
