@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import atexit
 import errno
+import itertools
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -99,39 +99,85 @@ class RecordRule:
 
 
 class RecordScanner:
-    """Feed a file's chunks; raises at the first record longer than ``limit`` bytes (memory: a chunk)."""
+    """Feed a file's chunks; raises at the first record longer than ``limit`` bytes (memory: a chunk).
+
+    Lines are measured by splitting each chunk on the separator (in C); quote state, for ``csv``
+    with ``multiLine``, by counting quotes per line, character by character only on a line that
+    holds the escape character.
+    """
 
     def __init__(self, path: str, limit: int, rule: RecordRule) -> None:
         self.path, self.limit, self.rule = path, limit, rule
-        tokens = [t for t in (rule.sep, rule.quote, rule.escape) if t]
-        self.pattern = re.compile(b"|".join(re.escape(t) for t in sorted(set(tokens), key=len, reverse=True)))
-        self.keep = max(map(len, tokens)) - 1  # a token split between two chunks is matched whole
-        self.carry, self.base, self.start = b"", 0, 0  # unscanned tail, its offset, the record's start
-        self.record, self.quoted, self.skip_to = 1, False, 0
+        self.keep = len(rule.sep) - 1  # a separator split between two chunks is matched whole
+        self.carry, self.length, self.record, self.quoted = b"", 0, 1, False
+        self.escaped = False  # a chunk ended on the escape character inside quotes
 
     def feed(self, chunk: bytes, eof: bool = False) -> None:
         buf = self.carry + chunk
-        end = len(buf) if eof else max(0, len(buf) - self.keep)
-        for m in self.pattern.finditer(buf):
-            at = self.base + m.start()
-            if m.start() >= end:
-                break  # maybe the start of a token the next chunk completes: scanned again then
-            if at < self.skip_to:
-                continue
-            token = m.group()
-            self.skip_to = self.base + m.end()
-            if self.quoted and token == self.rule.escape and token != self.rule.quote:
-                self.skip_to += 1  # the escaped character is no token
-            elif token == self.rule.quote:
-                self.quoted = not self.quoted
-            elif token == self.rule.sep and not self.quoted:
-                self._ends(at, self.base + m.end())
-        self._check(self.base + end - self.start)
-        self.carry, self.base = buf[end:], self.base + end
+        *done, last = buf.split(self.rule.sep)
+        inside = 0  # lines ending a quoted field begun in an earlier chunk, one by one
+        while self.quoted and inside < len(done):
+            self._record_piece(done[inside], ends=True)
+            inside += 1
+        if self.rule.quote is None or self._lines_are_records(buf, done[inside:]):
+            self._lines(done[inside:])
+        else:
+            for piece in done[inside:]:
+                self._record_piece(piece, ends=True)
+        hold = 0 if eof else min(self.keep, len(last))
+        self.carry = last[len(last) - hold :]
+        if self.rule.quote is None:
+            self.length += len(last) - hold
+            self._check(self.length)
+        else:
+            self._record_piece(last[: len(last) - hold], ends=False)
 
-    def _ends(self, at: int, after: int) -> None:
-        self._check(at - self.start)
-        self.start, self.record = after, self.record + 1
+    def _lines_are_records(self, buf: bytes, done: list[bytes]) -> bool:
+        """No quote spans a separator here: outside quotes, no escape, an even count on every line."""
+        quote, escape = self.rule.quote or b"", self.rule.escape
+        if self.quoted or self.escaped or (escape and escape != quote and escape in buf):
+            return False
+        return not any(map((1).__and__, map(bytes.count, done, itertools.repeat(quote))))
+
+    def _lines(self, done: list[bytes]) -> None:
+        if not done:
+            return
+        self._check(self.length + len(done[0]))
+        lengths = list(map(len, done[1:]))
+        if lengths and max(lengths) > self.limit:
+            self.record += 1 + next(i for i, n in enumerate(lengths) if n > self.limit)
+            self._check(self.limit + 1)
+        self.record += len(done)
+        self.length = 0
+
+    def _record_piece(self, piece: bytes, *, ends: bool) -> None:
+        """A piece of a record up to a separator (``ends``) or the chunk's end; quotes may join lines."""
+        self.length += len(piece)
+        self._toggle_quotes(piece, ends)
+        self._check(self.length)
+        if ends and not self.quoted:
+            self.record, self.length = self.record + 1, 0
+        elif ends:
+            self.length += len(self.rule.sep)  # a separator inside quotes is part of the record
+
+    def _toggle_quotes(self, piece: bytes, ends: bool) -> None:
+        quote, escape = self.rule.quote or b"", self.rule.escape
+        if self.escaped and piece:
+            piece, self.escaped = piece[1:], False  # escaped in the chunk before: no quote
+        if not escape or escape == quote or escape not in piece:
+            if piece.count(quote) % 2:
+                self.quoted = not self.quoted
+            return
+        at = 0
+        while True:  # only lines holding the escape character come here
+            q, e = piece.find(quote, at), piece.find(escape, at) if self.quoted else -1
+            if e >= 0 and (q < 0 or e < q):
+                at = e + len(escape) + 1  # the escaped character is no quote
+                self.escaped = at > len(piece) and not ends  # it is the next chunk's first
+                continue
+            if q < 0:
+                return
+            self.quoted, at = not self.quoted, q + len(quote)
 
     def _check(self, length: int) -> None:
         if length > self.limit:

@@ -393,3 +393,30 @@ def test_refused_landing_files_reach_the_quarantine_table_whatever_the_transform
     ]
     assert result.rows_written == 2 and result.rows_quarantined == 2  # max_bad_fraction=0 still commits
     _assert_no_leak(repr(quarantine), outside)
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "verdict"),
+    [
+        (b"ab||cdefgh||ij", {"lineSep": "||"}, "line 2"),  # 6 bytes: the second record is too long
+        (b"ab||cdefg||ij", {"lineSep": "||"}, None),
+        (b'x\n"a\nb\nc"\nd\n', {"multiLine": "true"}, "record 2"),  # a quoted field of 7 bytes
+        (b'x\n"\\"\n"abcd\n', {"multiLine": "true"}, "record 2"),  # an escaped quote leaves it open
+        (b'x\n""""\nd\n', {"multiLine": "true"}, None),  # doubled quotes: open and shut
+        (b'x\n"ab\n"\ncdefgh\n', {"multiLine": "true"}, "record 3"),  # "ab\n" closes: 6 bytes next
+    ],
+)
+def test_a_record_is_measured_the_same_whatever_the_chunks_it_arrives_in(text, options, verdict):
+    from airflow_provider_dltrain.etl.landing_reads import RecordRule, RecordScanner
+
+    rule = RecordRule.of("csv", options)
+    for size in range(1, len(text) + 1):
+        scanner = RecordScanner("f.csv", 5, rule)
+        try:
+            for at in range(0, len(text), size):
+                scanner.feed(text[at : at + size])
+            scanner.feed(b"", eof=True)
+            found = None
+        except LandingFileError as err:
+            found = str(err).split(" is longer")[0].removeprefix("f.csv ")
+        assert found == verdict, f"in chunks of {size} bytes"
