@@ -213,7 +213,7 @@ def cutoff_commit(
     """
     bound = part.validate_partition(upper, field="upper", bounds=True)
     index = _index(uri, at_version, storage_options)
-    write = index.newest_touching(_at_or_before(bound, index.partition_types), at_version)
+    write = index.newest_touching(_at_or_before(bound, index.partition_types), at_version, bound)
     return _pin(index, write, f"any partition <= {bound}", at_version)
 
 

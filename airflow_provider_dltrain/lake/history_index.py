@@ -6,11 +6,13 @@ by one from the newest, and forgets the answer once log retention removes old co
 table's ``_dltrain_history`` folder (a name starting with ``_``: Delta readers, writers and VACUUM
 leave it alone, and other tools see a plain Delta table):
 
-* ``head.json``: for every partition, the versions that touched it (added or removed its files, or
-  recorded that they replaced it), each with its commit time and recorded content digest; the
-  versions that changed the table's metadata; and ``indexed``, the version up to which every commit
-  is in it. One read answers a partition's last write, the cut-off pin of a date and the digests of
-  every partition a run reads, whatever the length of the history.
+* ``head.json`` and its segments: for every partition, the versions that touched it (added or
+  removed its files, or recorded that they replaced it), each with its commit time and recorded
+  content digest; the versions that changed the table's metadata; and ``indexed``, the version up to
+  which every commit is in it. The partitions' writes are kept in segments of consecutive
+  partitions that the head summarises (:mod:`.history_segments`), so a partition's last write and
+  the cut-off pin of a date read the head and one or two segments, whatever the length of the
+  history; the digests of every partition a run reads cost one segment per 128 partitions.
 * ``commits/<version>.json``: one immutable copy per commit of its ``commitInfo`` (the recorded
   facts, lineage and pairing keys) and the rows it added per partition. Written right after the
   commit, they outlive the commit files the log's retention removes.
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake.history_segments import Segment, SegmentedWrites, summarise
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
@@ -44,7 +47,7 @@ from airflow_provider_dltrain.lake.storage import StorageOptions, is_remote, joi
 logger = logging.getLogger(__name__)
 
 INDEX_DIR = "_dltrain_history"
-FORMAT = 2
+FORMAT = 3  # 2: every partition's writes inline in head.json (still read; written as 3 next time)
 Key = tuple[tuple[str, Any], ...]
 
 # flags of one write
@@ -56,10 +59,6 @@ REARRANGED = 8  # only rearranged its files (dataChange false: OPTIMIZE, Z-order
 
 def key_of(values: Mapping[str, Any]) -> Key:
     return tuple(sorted(values.items()))
-
-
-def _key_text(key: Key) -> str:
-    return json.dumps([list(pair) for pair in key], separators=(",", ":"))
 
 
 def _canonical(key: Key) -> str:
@@ -160,17 +159,26 @@ class HistoryIndex:
         return [w for w in reversed(self.writes.get(key) or []) if w.version <= upto and w.recorded]
 
     def newest_touching(
-        self, matches: Callable[[dict[str, Any]], bool], at_version: int | None
+        self,
+        matches: Callable[[dict[str, Any]], bool],
+        at_version: int | None,
+        bound: Mapping[str, Any] | None = None,
     ) -> Write | None:
         """The newest write at or before ``at_version`` that changed the rows of a partition ``matches``
         accepts (compactions, which only rearrange files, are skipped: the rows are those of the write
         before them, which stays readable for the backfill horizon).
 
-        One pass over the partitions in memory (no storage request): a year of daily partitions is
-        365 entries.
+        With ``bound`` (``matches`` is "``<= bound`` in every column"), the segments' summaries
+        answer for the partitions wholly inside it and only the segments it cuts through are read
+        (:mod:`.history_segments`); the answer from a summary carries no lineage keys (``who``).
         """
         best: Write | None = None
-        for key in self.writes:
+        keys: Iterable[Key] = self.writes
+        if bound is not None and isinstance(self.writes, SegmentedWrites):
+            upto = self.indexed if at_version is None else at_version
+            answered, keys = self.writes.bound_candidates(dict(bound), upto)
+            best = max((Write.from_json(a) for a in answered), key=lambda w: w.version, default=None)
+        for key in keys:
             if not matches(dict(key)):
                 continue
             write = self.last_data_write(key, at_version, files=True)
@@ -287,6 +295,8 @@ class HistoryIndex:
         self.indexed = max(self.indexed, version)
 
     def to_json(self) -> dict[str, Any]:
+        """The head: the table-wide facts and the segments' summaries (their writes are in the segments)."""
+        segments = self.writes.segments.values() if isinstance(self.writes, SegmentedWrites) else ()
         return {
             "format": FORMAT,
             "indexed": self.indexed,
@@ -295,26 +305,30 @@ class HistoryIndex:
             "schema": self.schema,
             "configuration": self.configuration,
             "partition_types": self.partition_types,
-            # [values, writes] pairs: parsed by json in C, keys rebuilt without another parse
-            "partitions": [
-                [dict(key), [w.to_json() for w in writes]]
-                for key, writes in sorted(self.writes.items(), key=lambda kv: _key_text(kv[0]))
-            ],
+            "segments": [s.to_json() for s in sorted(segments, key=lambda s: s.id)],
         }
 
     @classmethod
     def from_json(cls, uri: str, data: Mapping[str, Any]) -> HistoryIndex:
+        """An index from its head: format 3 reads segments when asked; format 2 holds every write inline."""
         index = cls(uri, int(data["indexed"]), int(data.get("floor", 0)))
         index.metadata_versions = [int(v) for v in data.get("metadata") or []]
         index.schema = data.get("schema")
         index.configuration = dict(data.get("configuration") or {})
         index.partition_types = data.get("partition_types")
-        make = Write.from_json
-        index.writes = {
-            tuple(sorted(values.items())): [make(w) for w in writes]
-            for values, writes in data.get("partitions") or []
-        }
+        if int(data.get("format", FORMAT)) >= 3:
+            segments = [Segment.from_json(s) for s in data.get("segments") or []]
+            index.writes = SegmentedWrites(segments, lambda _s: None, index.partition_types)
+            return index
+        index.writes = _parse_writes(data.get("partitions") or [])
         return index
+
+
+def _parse_writes(pairs: Iterable[Any]) -> dict[Key, list[Write]]:
+    """``[[values, [write, ...]], ...]`` (a segment file, or a format-2 head) as ``{key: writes}``."""
+    # [values, writes] pairs: parsed by json in C, keys rebuilt without another parse
+    make = Write.from_json
+    return {tuple(sorted(values.items())): [make(w) for w in writes] for values, writes in pairs}
 
 
 def _record_path(version: int) -> str:
@@ -322,6 +336,7 @@ def _record_path(version: int) -> str:
 
 
 HEAD = f"{INDEX_DIR}/head.json"
+SEGMENTS_DIR = f"{INDEX_DIR}/segments"
 
 
 def _read(log: DeltaLog, rel: str) -> str | None:
@@ -402,12 +417,35 @@ def _load_head(log: DeltaLog, stats: Stats) -> HistoryIndex | None:
         return None
     try:
         data = json.loads(text)
-        if int(data.get("format", 0)) != FORMAT:
+        if int(data.get("format", 0)) not in (2, FORMAT):
             return None
-        return HistoryIndex.from_json(log.uri, data)
+        index = HistoryIndex.from_json(log.uri, data)
     except (ValueError, KeyError, TypeError):
         logger.warning("ignoring the unreadable history index of %s; rebuilding it from the log", log.uri)
         return None
+    if isinstance(index.writes, SegmentedWrites):
+        index.writes.connect(_segment_reader(log, stats), lambda: _rebuilt_writes(log, index.indexed))
+    return index
+
+
+def _segment_reader(log: DeltaLog, stats: Stats) -> Callable[[Segment], list[tuple[Key, list[Write]]] | None]:
+    def read(segment: Segment) -> list[tuple[Key, list[Write]]] | None:
+        text = _read(log, f"{SEGMENTS_DIR}/{segment.file}") if segment.file else None
+        stats.reads += 1
+        return list(_parse_writes(json.loads(text)["partitions"]).items()) if text else None
+
+    return read
+
+
+def _rebuilt_writes(log: DeltaLog, upto: int) -> dict[Key, list[Write]]:
+    logger.warning(
+        "a segment of the history index of %s is gone (a head.json older than its segments); rebuilding "
+        "the partition writes from the log and the commit records up to version %d",
+        log.uri,
+        upto,
+    )
+    fresh = load(log.uri, log.storage_options, newest=upto, use_head=False)
+    return dict(fresh.writes) if fresh is not None else {}
 
 
 def _first_existing_commit(log: DeltaLog, low: int, high: int) -> int | None:
@@ -450,15 +488,17 @@ def load(
     *,
     newest: int | None = None,
     persist: bool = False,
+    use_head: bool = True,
 ) -> HistoryIndex | None:
     """The table's history index, caught up to ``newest`` (default the newest version); None: no table.
 
     :param persist: write what was caught up (new commit records and the head) back to the table.
         The provider's writers and maintenance do; readers never write.
+    :param use_head: False: ignore ``head.json`` and build from the log and the commit records.
     """
     log = DeltaLog(uri, storage_options)
     stats = Stats()
-    head = _load_head(log, stats)
+    head = _load_head(log, stats) if use_head else None
     had_head = head is not None
     index = head or HistoryIndex(log.uri)
     index.stats = stats
@@ -496,9 +536,41 @@ def _persist(index: HistoryIndex, log: DeltaLog, records: list[dict[str, Any]]) 
         current = re.search(r'"indexed":(-?\d+)', _read(log, HEAD) or "")
         if current is not None and int(current.group(1)) >= index.indexed:
             return  # a racing writer got further: its head holds ours
+        replaced = _write_segments(index, log)
         _write(log, HEAD, json.dumps(index.to_json(), separators=(",", ":")))
+        for name in replaced:  # a generation back: a reader of the previous head still finds its files
+            _remove(log, f"{SEGMENTS_DIR}/{name}")
     except OSError as err:  # the index is a cache: a commit that happened stays done
         logger.warning("could not update the history index of %s: %s", log.uri, err)
+
+
+def _write_segments(index: HistoryIndex, log: DeltaLog) -> list[str]:
+    """Write the segments this catch-up changed (all of them for an index built from the log or read
+    from a format-2 head); the files their previous versions replaced, to remove after the head."""
+    writes = index.writes
+    if not isinstance(writes, SegmentedWrites):
+        writes = SegmentedWrites.of(writes, index.partition_types)
+        index.writes = writes
+    writes.types = index.partition_types
+    replaced = []
+    for segment, items in writes.to_write():
+        summarise(segment, items, index.partition_types)
+        name = f"{segment.id:06d}-{index.indexed:020d}.json"
+        body = {"partitions": [[dict(key), [w.to_json() for w in ws]] for key, ws in items]}
+        _write(log, f"{SEGMENTS_DIR}/{name}", json.dumps(body, separators=(",", ":")))
+        if segment.file != name:
+            replaced += [segment.previous] if segment.previous else []
+            segment.previous, segment.file = segment.file, name
+    writes.changed.clear()
+    return replaced
+
+
+def _remove(log: DeltaLog, rel: str) -> None:
+    fs, root = log.filesystem
+    try:
+        fs.delete_file(join(root, rel))
+    except OSError as err:  # left behind: a file no head names costs storage, never an answer
+        logger.warning("could not remove %s of the history index of %s: %s", rel, log.uri, err)
 
 
 def update(uri: str, storage_options: StorageOptions | None = None) -> HistoryIndex | None:
