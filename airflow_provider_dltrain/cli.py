@@ -255,12 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a fake AWS on 127.0.0.1 that runs Glue, EMR, EMR Serverless, SageMaker and EC2 jobs locally "
         "(test DAGs offline; needs the [testing] extra)",
         description="Serve a fake AWS (moto) whose jobs run as local processes, create the buckets and "
-        "EMR Serverless applications given, print the Airflow 'aws' connection and the AWS_* exports to use "
-        "(--env-file writes them to a file for a notebook or a Ray node), then "
+        "EMR Serverless applications given, write the Airflow 'aws' connection and the AWS_* exports, "
+        "secret included, to --env-file (mode 0600), print them without the secret, then "
         "'READY <endpoint>'; Ctrl-C or SIGTERM stops it and every job it started. It answers only "
-        "requests SigV4-signed with its credentials: DLTRAIN_FAKE_AWS_ACCESS_KEY_ID and "
-        "DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY (by default the test keys 'testing', accepted on a loopback "
-        "--host only); anything else gets 403 and runs nothing.",
+        "requests SigV4-signed with its credentials: fresh random keys at every start, or yours from "
+        "DLTRAIN_FAKE_AWS_ACCESS_KEY_ID and DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY (the well-known 'testing' "
+        "keys only with --insecure-well-known-keys, on loopback); anything else gets 403 and runs nothing.",
     )
     add_fake_aws_arguments(fake_aws)
     fake_aws.set_defaults(func=cmd_fake_aws)
