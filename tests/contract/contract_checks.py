@@ -83,7 +83,8 @@ class ContractChecks:
             raise Violation(
                 f"{what}: pinned version {got.version}, the contract says version {expected} (R1-R2)"
             )
-        if self.model.rows(got.version, selects) != self.model.rows(expected, selects):
+        columns = self.model.columns(expected)
+        if self.model.rows(got.version, selects, columns) != self.model.rows(expected, selects, columns):
             raise Violation(
                 f"{what}: pinned version {got.version} for version {expected} after its history was lost, and "
                 "their rows differ (R3)"

@@ -16,8 +16,9 @@ The rules (each named where the harness checks it; docs/guarantees.md lists them
 * R2 partition pin: the pin of partition D is the newest version whose commit added or removed D's
   files.
 * R3 when the commits needed to name a pin are gone (log clean-up, a lost or lagging index), the
-  answer is the same pin, a version holding exactly the same selected rows (the oldest readable one,
-  docs/backfills.md), or a typed refusal (a ``DltrainError``) — never a version with other rows.
+  answer is the same pin, a version holding exactly the same selected rows in the pinned version's
+  columns (the oldest readable one, docs/backfills.md; a column added since is not compared), or a
+  typed refusal (a ``DltrainError``) — never a version with other rows.
 * R4 reading a pinned version v with a filter gives exactly v's selected rows with v's columns; when
   v's log or selected files are gone, the same rows and columns (read from a later version) or a
   typed refusal. A fully readable version is never refused.
@@ -175,10 +176,13 @@ class Model:
                 return version
         return None
 
-    def rows(self, version: int, selects: Callable[[str], bool]) -> list[tuple[Any, ...]]:
-        """R4: the rows ``version`` gives a reader (partition value, id, value[, extra]), sorted."""
+    def rows(
+        self, version: int, selects: Callable[[str], bool], columns: tuple[str, ...] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """R4: the rows ``version`` gives a reader (partition value, id, value[, extra]), sorted; with
+        ``columns``, only those (R3 compares the rows a pin stands for in the pinned version's columns)."""
         v = self.versions[version]
-        wide = "extra" in v.columns
+        wide = "extra" in (v.columns if columns is None else set(v.columns) & set(columns))
         out = []
         for text, (_, rows) in v.parts.items():
             if selects(text):
