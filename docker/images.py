@@ -50,6 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 WHEELS = DOCKER / "wheels"
 REPOSITORY = "dltrain"
+# the one constraints file the images install with (the other cells' files under constraints/ are not copied)
+CONSTRAINTS = "constraints/constraints-3.11.txt"
 LABEL = "dltrain.image"
 OWN_TAG = "dltrain.tag"  # the tag the image was built as: the proof that prune may remove it
 SUITE = "bookworm"
@@ -93,7 +95,7 @@ IMAGES = {
             "train",
             "docker/jobs/Dockerfile.train",
             parent="base",
-            inputs=("docker/wheels", "constraints", "docker/jobs/build_horovod.sh", "docker/jobs/train"),
+            inputs=("docker/wheels", CONSTRAINTS, "docker/jobs/build_horovod.sh", "docker/jobs/train"),
             build_args={"TORCH_VERSION": TORCH_VERSION, "HOROVOD_VERSION": HOROVOD_VERSION},
         ),
         Image(
@@ -101,7 +103,7 @@ IMAGES = {
             "docker/jobs/Dockerfile.jobs",
             parent="base",
             target="glue",
-            inputs=("constraints", "docker/jobs/glue-run"),
+            inputs=(CONSTRAINTS, "docker/jobs/glue-run"),
         ),
         Image(
             "emr", "docker/jobs/Dockerfile.jobs", parent="base", target="emr", inputs=("docker/jobs/emr-run",)
@@ -118,7 +120,7 @@ IMAGES = {
             parent="base",
             inputs=(
                 "docker/wheels",
-                "constraints",
+                CONSTRAINTS,
                 "pyproject.toml",
                 "airflow_provider_dltrain",
                 "dags",
