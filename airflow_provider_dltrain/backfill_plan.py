@@ -98,9 +98,10 @@ def plan_backfill(
     from airflow_provider_dltrain.utils.snapshot import snapshot
 
     order, env = _ordered(dag), _template_env(dag)
+    params = {**_params(dag), **dict(conf or {})}  # validated once, not once per date
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
     with snapshot():  # one registry search per question for the whole range
-        dates = [plan_date(dag, ds, (runs or {}).get(ds), conf, order, env) for ds in days]
+        dates = [plan_date(dag, ds, (runs or {}).get(ds), params, order, env) for ds in days]
     return BackfillPlan(dag.dag_id, dates)
 
 
@@ -108,12 +109,15 @@ def plan_date(
     dag: Any,
     ds: str,
     runs: list[dict[str, Any]] | None = None,
-    conf: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
     order: list[Any] | None = None,
     env: Any = None,
 ) -> DatePlan:
-    """The plan of one date: each task decided in dependency order (see the module)."""
-    context = run_context(dag, ds, conf)
+    """The plan of one date: each task decided in dependency order (see the module).
+
+    :param params: the run's params (default: the DAG's); :func:`plan_backfill` resolves them once.
+    """
+    context = run_context(dag, ds, params)
     done: dict[str, TaskPlan] = {}
     for task in order or _ordered(dag):
         done[task.task_id] = decide(task, context, done, env)
@@ -162,12 +166,16 @@ def _ordered(dag: Any) -> list[Any]:
     return order
 
 
-def run_context(dag: Any, ds: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What a template of the run for ``ds`` sees: the data interval [ds, next), params, ids."""
+def _params(dag: Any) -> dict[str, Any]:
+    return {key: dag.params[key] for key in dag.params}
+
+
+def run_context(dag: Any, ds: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a template of the run for ``ds`` sees: the data interval [ds, next), ``params`` (default:
+    the DAG's), ids."""
     start = datetime.fromisoformat(ds).replace(tzinfo=timezone.utc)
     end = _interval_end(dag, start)
-    params = {key: dag.params[key] for key in dag.params}
-    params.update(dict(conf or {}))
+    params = dict(params) if params is not None else _params(dag)
     return {
         "dag": dag,
         "dag_id": dag.dag_id,
@@ -179,7 +187,6 @@ def run_context(dag: Any, ds: str, conf: Mapping[str, Any] | None) -> dict[str, 
         "ds_nodash": ds.replace("-", ""),
         "ts": start.isoformat(),
         "params": params,
-        "conf": dict(conf or {}),
     }
 
 

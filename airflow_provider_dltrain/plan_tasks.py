@@ -12,6 +12,7 @@ predicts for it).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,12 @@ def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any], env
 
 
 def stage_of(task: Any) -> str:
+    """``pin``, ``etl``, ``train``, ``register``, ``score`` for the provider's stages, else ``other``."""
+    return _stage_of_class(type(task))
+
+
+@functools.cache
+def _stage_of_class(kind: type) -> str:
     from airflow_provider_dltrain.operators import (
         RegisterModelOperator,
         SparkBatchInferenceOperator,
@@ -93,7 +100,7 @@ def stage_of(task: Any) -> str:
         (RegisterModelOperator, "register"),
         (SparkBatchInferenceOperator, "score"),
     )
-    return next((name for kind, name in kinds if isinstance(task, kind)), "other")
+    return next((name for base, name in kinds if issubclass(kind, base)), "other")
 
 
 def decide(task: Any, context: dict[str, Any], done: Mapping[str, TaskPlan], env: Any = None) -> TaskPlan:
