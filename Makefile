@@ -48,7 +48,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test coverage test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
+.PHONY: install demo test coverage test-durations test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -83,7 +83,7 @@ SPARK35_LOG := $(DLTRAIN_HOME)/test-spark35.log
 # (docker/images.py holds a lock while it builds). A Docker daemon this target started
 # is stopped at the end.
 test: install $(SPARK_CDS) chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark35)
-	@mkdir -p $(DLTRAIN_HOME); rm -f $(HOROVOD_MARK).failed; \
+	@mkdir -p $(DLTRAIN_HOME); rm -f $(HOROVOD_MARK).failed $(DLTRAIN_HOME)/test-durations.json; \
 	( { $(MAKE) -s horovod && $(PYTHON) docker/images.py build $(TEST_IMAGES); } > $(IMAGES_LOG) 2>&1 || { \
 		touch $(HOROVOD_MARK).failed; echo "the Horovod or image build failed: see $(IMAGES_LOG)" >&2; } ) & images=$$!; \
 	DLTRAIN_HOROVOD_MARK=$(CURDIR)/$(HOROVOD_MARK) DLTRAIN_HOROVOD_LOG=$(IMAGES_LOG) \
@@ -215,6 +215,10 @@ docs: install
 # Regenerate the exact versions every install uses (run after changing dependencies).
 constraints: install
 	$(PIP) freeze --exclude-editable | grep -v -E '^(torch==|airflow-provider-dltrain)' > $(CONSTRAINTS)
+
+# The seconds each test file took in the last make test: the next run starts the longest files first
+test-durations:
+	cp $(DLTRAIN_HOME)/test-durations.json tests/durations.json
 
 # The suite under coverage.py, then one report of the package's line and branch coverage
 # (.dltrain/coverage/): slower than make test; the figure goes in benchmarks/RESULTS.md.

@@ -3,8 +3,8 @@
 At the end of a run this plugin prints the suite's wall time, the ten slowest files (setup, call and
 teardown of all their tests, module fixtures included) and, under pytest-xdist, how long each worker
 was busy and how long it idled at the end waiting for the other. It writes every file's time to
-``$DLTRAIN_HOME/test-durations.json``; ``make test-durations`` copies that into
-``tests/durations.json``, which orders the next run: with ``--dist loadfile`` a worker takes the next
+``$DLTRAIN_HOME/test-durations.json`` (``make test`` starts it afresh); ``make test-durations``
+copies that into ``tests/durations.json``, which orders the next run: with ``--dist loadfile`` a worker takes the next
 file in collection order, so the longest files go first and the short ones fill in behind them
 (longest processing time first), and neither worker is left with a long file at the end.
 
@@ -96,9 +96,15 @@ class SuiteTiming:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         home = os.environ.get("DLTRAIN_HOME")
         if home and self.per_file:
+            # merged: make test's later runs (the cluster tests) add their files to the 2-worker run's
             out = Path(home) / "test-durations.json"
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({f: round(s, 1) for f, s in sorted(self.per_file.items())}, indent=1))
+            try:
+                seconds = json.loads(out.read_text())
+            except (OSError, ValueError):
+                seconds = {}
+            seconds.update({f: round(s, 1) for f, s in self.per_file.items()})
+            out.write_text(json.dumps(dict(sorted(seconds.items())), indent=1))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if hasattr(config, "workerinput") or not self.per_file:
