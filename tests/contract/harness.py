@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -46,7 +47,8 @@ HORIZON = {
     "delta.deletedFileRetentionDuration": "interval 400 days",
     "delta.checkpointInterval": "10",
 }
-STATS = {"histories": 0, "steps": 0}  # histories run to their full length, steps checked
+STATS = {"histories": 0, "steps": 0, "started": 0}  # histories run to full length, steps checked
+FOUND: dict[str, float] = {}  # when (time.monotonic()) and in which history the first violation was seen
 STEPS = int(os.environ.get("DLTRAIN_CONTRACT_STEPS", "30"))
 
 
@@ -74,6 +76,7 @@ class LakeHistory(ContractChecks, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.steps = 0
+        STATS["started"] += 1
         self.tmp = tempfile.mkdtemp(prefix="dltrain-contract-")
         self.uri = os.path.join(self.tmp, "t")
         self.model: Model
@@ -358,6 +361,8 @@ class LakeHistory(ContractChecks, RuleBasedStateMachine):
                 check()
             except Violation as err:
                 if not SURVEY:
+                    FOUND.setdefault("at", time.monotonic())  # before shrinking: the time to find it
+                    FOUND.setdefault("history", STATS["started"])
                     raise
                 SURVEY_FOUND.setdefault(category(str(err)), []).append(str(err))
         self.dirty = self.new_pin = False

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as with_seed
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.contract.harness import STATS, STEPS, LakeHistory
+from tests.contract.harness import FOUND, STATS, STEPS, LakeHistory
 
 pytestmark = [
     pytest.mark.heavy("200 generated histories of 30 steps, each step checked on real files (about 90 s)")
@@ -45,9 +45,15 @@ def _settings(histories: int) -> settings:
 
 def _run(seed: int, histories: int) -> None:
     machine = with_seed(seed)(type("LakeHistory", (LakeHistory,), {}))
+    started, first = time.monotonic(), STATS["started"]
     try:
         run_state_machine_as_test(machine, settings=_settings(histories))
     except BaseException as err:
+        if FOUND:
+            err.add_note(
+                f"found in history {int(FOUND['history']) - first} of this seed, "
+                f"{FOUND['at'] - started:.1f} s after it started (then shrunk)"
+            )
         err.add_note(
             f"contract history seed {seed} (DLTRAIN_CONTRACT_SEED={seed}); run it again with "
             f"`make soak MINUTES=1 SEED={seed}` or paste the printed steps into a test"
