@@ -66,6 +66,31 @@ RESULT_KEY = "dltrain.result_uri"  # job metadata: where the job writes its resu
 PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+def ray_auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``Authorization`` header of Ray's token authentication when ``RAY_AUTH_MODE=token``.
+
+    Ray's client reads the mode once, when ``ray`` is first imported: a process that set the
+    variables later (a notebook, a test) would call the cluster without its token. So the token is
+    read here, where Ray reads it (``RAY_AUTH_TOKEN``, the file of ``RAY_AUTH_TOKEN_PATH``, else
+    ``~/.ray/auth_token``), when the client is made; {} without token authentication.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("RAY_AUTH_MODE", "").lower() != "token":
+        return {}
+    token = env.get("RAY_AUTH_TOKEN", "").strip()
+    path = env.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if not token:
+        try:
+            with open(path) as file:
+                token = file.read().strip()
+        except OSError as err:
+            raise InvalidSpecError(
+                f"RAY_AUTH_MODE=token but the token cannot be read from {path} ({err.strerror}): set "
+                "RAY_AUTH_TOKEN_PATH to the cluster's token file (or RAY_AUTH_TOKEN) where the task runs"
+            ) from err
+    return {"Authorization": f"Bearer {token}"}
+
+
 @dataclass(frozen=True)
 class RayOptions:
     """``engine_options`` of :class:`RayEngine`, typed: the keyword arguments its constructor takes."""
@@ -174,7 +199,7 @@ class RayEngine(TrainingEngine):
             from ray.job_submission import JobSubmissionClient
 
             try:
-                self._client = JobSubmissionClient(self.address)
+                self._client = JobSubmissionClient(self.address, headers=ray_auth_headers())
             except (ConnectionError, RuntimeError) as err:
                 raise JobFailedError(f"cannot use the Ray Jobs API at {self.address}: {err}") from err
         return self._client

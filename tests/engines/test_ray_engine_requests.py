@@ -126,3 +126,17 @@ def test_a_dropped_connection_is_tried_again_twice_then_fails_the_try_naming_the
     with pytest.raises(RuntimeError, match="no such job"):
         engine._call("get_job_status", refused, "j3")
     assert calls == ["j3"]
+
+
+def test_the_jobs_api_client_carries_the_clusters_token_whenever_ray_was_imported(tmp_path):
+    """Ray reads RAY_AUTH_MODE once, at import: the engine reads the token when it makes a client."""
+    from airflow_provider_dltrain.engines.ray_jobs import ray_auth_headers
+
+    token = tmp_path / "auth_token"
+    token.write_text("f00d" * 16 + "\n")
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    assert ray_auth_headers(env) == {"Authorization": "Bearer " + "f00d" * 16}
+    assert ray_auth_headers({**env, "RAY_AUTH_TOKEN": "given"}) == {"Authorization": "Bearer given"}
+    assert ray_auth_headers({"RAY_AUTH_MODE": "disabled"}) == {}
+    with pytest.raises(InvalidSpecError, match="RAY_AUTH_TOKEN_PATH"):
+        ray_auth_headers({**env, "RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")})

@@ -114,7 +114,9 @@ def _train_processes(cluster, wait_s: float = 20.0) -> list[str]:
 def _jobs(env, contains):
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(env["cluster"].address)
+    from airflow_provider_dltrain.engines.ray_jobs import ray_auth_headers
+
+    client = JobSubmissionClient(env["cluster"].address, headers=ray_auth_headers())
     return [j for j in client.list_jobs() if contains in (j.submission_id or "")]
 
 
