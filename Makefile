@@ -48,7 +48,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test coverage test-durations test-stack test-quick test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
+.PHONY: install demo test coverage test-durations test-stack test-quick test-compat test-compat-smoke test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -107,6 +107,18 @@ test-stack: install chromium dockerd
 # stages), on the same two workers; no Horovod build, no Chromium, no Spark 3.5.
 test-quick: install $(SPARK_CDS)
 	$(PY) -m pytest $(XDIST) -m "not slow and not cluster" $(PYTEST_ARGS) $(NO_TESTS_OK)
+
+# The support matrix (compat/matrix.py, docs/install.md): each cell (the floor: Airflow 3.1.8, Python 3.10,
+# the lowest declared dependencies; Airflow 3.2 on Python 3.12; 3.3 on 3.13; main) in its own venv under
+# .venv-compat/, one at a time: its tests, the DAG integrity tests, the demo's first date, the wheel install
+# test. COMPAT_CELLS=floor runs some. Not part of `make test`.
+COMPAT_CELLS ?=
+test-compat: install
+	$(PY) compat/matrix.py test $(COMPAT_CELLS)
+
+# The floor cell only: its venv, the import and DAG-parse tests, the demo's first date (.ci/run, before the suite).
+test-compat-smoke: install
+	$(PY) compat/matrix.py smoke
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)
