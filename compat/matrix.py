@@ -68,8 +68,8 @@ CELLS = {
 
 # The quick tier's tests that a version change can break without torch: the Airflow layer's imports,
 # sensors and triggers (the authoring API that moves between minors), Delta reads and writes (deltalake,
-# pyarrow), the landing zone's listing (Python's glob), Spark's writer, MLflow, Optuna, lineage, the
-# DAG integrity tests and the wheel install test.
+# pyarrow), the landing zone's listing (Python's glob), the operators' input checks, the DAG integrity
+# tests and the wheel install test. Spark, the Airflow task runner and the metadata DB: the demo's run.
 TESTS = (
     "tests/test_airflow_compat.py",
     "tests/test_provider_package.py",
@@ -82,7 +82,6 @@ TESTS = (
     "tests/lake/test_partition_overwrite.py",
     "tests/etl/test_landing_hazards.py",
     "tests/etl/test_operator_input_checks.py",
-    "tests/etl/test_writer.py",
     "tests/test_dist.py",
 )
 # The smoke .ci/run runs on the floor: imports, the DAGs' parse, then the demo's first date.
