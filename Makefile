@@ -198,7 +198,7 @@ SEED ?= 1
 .PHONY: soak
 soak: install
 	DLTRAIN_CONTRACT_MINUTES=$(MINUTES) DLTRAIN_CONTRACT_SEED=$(SEED) $(PY) -m pytest -p no:xdist -q -s \
-		-p no:cacheprovider --timeout=0 tests/contract/test_lake_contract.py
+		-p no:cacheprovider --timeout=0 tests/contract
 
 # lint-imports: the layer contracts of pyproject.toml ([tool.importlinter]): imports point down only.
 lint: install
