@@ -82,7 +82,7 @@ def test_generated_histories_give_each_date_the_contracts_answer() -> None:
 
 @pytest.mark.skipif(SOAK_MINUTES <= 0, reason="make soak sets DLTRAIN_CONTRACT_MINUTES")
 def test_soak_finds_no_history_breaking_the_contract() -> None:
-    deadline = time.monotonic() + SOAK_MINUTES * 60
+    deadline = time.monotonic() + SOAK_MINUTES * 60 * 0.8  # the DVC histories get the rest
     seed = SEED
     while time.monotonic() < deadline:
         _run(seed, 50)
