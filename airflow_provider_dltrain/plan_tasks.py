@@ -80,11 +80,12 @@ def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any], env
 
 def stage_of(task: Any) -> str:
     """``pin``, ``etl``, ``train``, ``register``, ``score`` for the provider's stages, else ``other``."""
-    return _stage_of_class(type(task))
+    kind: Any = type(task)
+    return _stage_of_class(kind)
 
 
 @functools.cache
-def _stage_of_class(kind: type) -> str:
+def _stage_of_class(kind: Any) -> str:
     from airflow_provider_dltrain.operators import (
         RegisterModelOperator,
         SparkBatchInferenceOperator,
