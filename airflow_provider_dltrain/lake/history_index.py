@@ -444,7 +444,10 @@ def _rebuilt_writes(log: DeltaLog, upto: int) -> dict[Key, list[Write]]:
         log.uri,
         upto,
     )
-    fresh = load(log.uri, log.storage_options, newest=upto, use_head=False)
+    try:
+        fresh = load(log.uri, log.storage_options, newest=upto, use_head=False)
+    except TableNotFoundError:  # the commits up to the head are gone too: what a lost index knows
+        fresh = load(log.uri, log.storage_options, use_head=False)
     return dict(fresh.writes) if fresh is not None else {}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 
 import pyarrow as pa
 import pytest
@@ -145,3 +146,30 @@ def test_a_new_partition_written_when_the_last_segment_is_gone_keeps_every_parti
     _write(table, "2026-03-13", 13)  # a new key: it joins the last segment, which must be rebuilt first
     assert sum(s["count"] for s in _head(table)["segments"]) == 13
     assert partition_commit(table, {"ds": DAYS[10]}).version == 10
+
+
+def test_an_old_head_without_its_segments_over_a_cleaned_log_answers_as_a_lost_index(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(history_segments, "SEGMENT_PARTITIONS", 3)
+    uri = str(tmp_path / "t")
+    for i, ds in enumerate(DAYS[:2]):
+        _write(uri, ds, i)
+    old_head = json.dumps(_head(uri))
+    for i, ds in enumerate(DAYS[2:], start=2):
+        _write(uri, ds, i)  # the writer checkpoints at version 10
+    shutil.rmtree(
+        os.path.join(uri, history_index.INDEX_DIR)
+    )  # a copy without the folder, segments and records
+    os.makedirs(os.path.join(uri, history_index.INDEX_DIR))
+    with open(os.path.join(uri, history_index.HEAD), "w") as f:
+        f.write(old_head)  # then a late writer's head, its segments gone with the folder
+    for version in range(10):
+        os.remove(os.path.join(uri, "_delta_log", f"{version:020d}.json"))  # log clean-up
+    with caplog.at_level(logging.WARNING):
+        pinned = cutoff_commit(uri, {"ds": DAYS[4]})
+    assert pinned.version == 10  # the oldest readable version holds every partition as it was
+    assert (
+        "rebuilding the partition writes" in caplog.text
+        and "oldest version its log still holds" in caplog.text
+    )
