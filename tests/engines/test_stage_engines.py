@@ -15,6 +15,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.lake.storage import s3_storage_options
+from airflow_provider_dltrain.testing.fake_aws import INSTANCE_PROFILE
 from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for, leaks
 
 CONN = "aws_fake_stage"
@@ -44,6 +45,7 @@ def cloud(fake_aws_endpoint):
         "ec2": {
             "staging_uri": f"s3://{bucket}/staging",
             "image_id": "ami-0abcdef1234567890",
+            "instance_profile": INSTANCE_PROFILE,
             "max_minutes": 30,
         },
     }

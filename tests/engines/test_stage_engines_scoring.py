@@ -14,6 +14,7 @@ import pytest
 from engine_helpers import aws_client
 
 from airflow_provider_dltrain.lake.storage import s3_storage_options
+from airflow_provider_dltrain.testing.fake_aws import INSTANCE_PROFILE
 from airflow_provider_dltrain.testing.fake_aws_process import connection_json, credentials_for, leaks
 
 AWS_CONN, MLFLOW_CONN = "aws_fake_scoring", "mlflow_fake_scoring"
@@ -151,7 +152,12 @@ def scored(fake_aws_endpoint, tmp_path_factory):
                 "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/dltrain-spark:3.5",
                 "max_runtime_s": 900,
             },
-            "ec2": {"staging_uri": staging, "image_id": "ami-0abcdef1234567890", "max_minutes": 30},
+            "ec2": {
+                "staging_uri": staging,
+                "image_id": "ami-0abcdef1234567890",
+                "instance_profile": INSTANCE_PROFILE,
+                "max_minutes": 30,
+            },
         },
     }
     aws = json.loads(connection_json(endpoint))  # the fake's per-start keys
