@@ -107,6 +107,7 @@ def cmd_backfill_report(args: argparse.Namespace) -> int:
 
 def _print_plan(args: argparse.Namespace) -> int:
     """``backfill-report --plan``: what a backfill of the range would do, decided as its tasks decide."""
+    import contextlib
     import json
 
     from airflow_provider_dltrain.backfill_plan import format_plan, plan_backfill
@@ -119,7 +120,8 @@ def _print_plan(args: argparse.Namespace) -> int:
         print(f"--conf is not JSON: {err}", file=sys.stderr)
         return 2
     runs = run_outcomes(args.dag_id, args.start, args.end)
-    plan = plan_backfill(load_dag(args.dag_id), args.start, args.end, runs=runs, conf=conf)
+    with contextlib.redirect_stdout(sys.stderr):  # the tasks' own log lines stay out of the plan (--json)
+        plan = plan_backfill(load_dag(args.dag_id), args.start, args.end, runs=runs, conf=conf)
     print(json.dumps(scrubbed(plan.to_dict()), indent=2) if args.json else format_plan(plan))
     return 0
 
