@@ -90,7 +90,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
     :param non_finite: a NaN or infinite metric fails the task without retries, the MLflow run ends
         FAILED and no model is logged: ``"fail_at_end"`` (default, final values), ``"fail_at_any_step"``
         (every logged value) or ``"allow"`` (the run is tagged ``dltrain.non_finite``).
-    :param extra_tracking: tracking targets beside MLflow (in-process backends), e.g. ``{"wandb":
+    :param extra_tracking: tracking targets beside MLflow (every backend), e.g. ``{"wandb":
         {"project": "digits", "entity": "team", "mode": "offline", "required": False}}``: rank 0 also
         records the run in W&B with this task try's dag_id, run_id, task_id and try_number (see
         :mod:`airflow_provider_dltrain.training.wandb_tracking`); checked when the DAG is parsed.
@@ -150,7 +150,7 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         self.poll_interval = float(poll_interval)
         self.trial = trial
         self.non_finite = check_mode(non_finite)  # refused when the DAG file is parsed
-        self.extra_tracking = checked_extra_tracking(extra_tracking, backend)  # at parse
+        self.extra_tracking = checked_extra_tracking(extra_tracking)  # at parse: malformed only
 
     def _storage_options(self, uri: str) -> dict[str, str] | None:
         from airflow_provider_dltrain.operators.task_context import storage_options_for

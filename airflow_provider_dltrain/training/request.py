@@ -38,12 +38,12 @@ def is_remote_backend(backend: Any) -> bool:
     return isinstance(backend, str) and backend in TRAINING_ENGINE_NAMES
 
 
-def checked_extra_tracking(value: Mapping[str, Any] | None, backend: Any = None) -> dict[str, Any] | None:
+def checked_extra_tracking(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """``extra_tracking`` (``None`` when it names no target), refused when malformed.
 
     Every backend accepts it: rank 0 runs dltrain's rank code in-process (local, ddp,
     torch_distributor, horovod) and in the job of every remote backend (sagemaker, ec2, ray,
-    kubeflow), which gets the W&B spec in its job spec; ``backend`` changes nothing.
+    kubeflow), which gets the W&B spec in its job spec.
     """
     from airflow_provider_dltrain.training.wandb_tracking import parse_extra_tracking
 
