@@ -9,6 +9,7 @@ that names a secret reaches the browser, as the Airflow UI hides them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from datetime import date
@@ -66,6 +67,9 @@ def scrubbed(value: Any) -> Any:
     return value
 
 
+_PARSED: dict[str, tuple[int | None, Any]] = {}  # DAG file -> (its mtime, its DagBag)
+
+
 def load_dag(dag_id: str) -> Any:
     """The DAG as its file defines it (real operators, whose methods the plan decides with).
 
@@ -82,7 +86,13 @@ def load_dag(dag_id: str) -> Any:
     with create_session() as session:
         model = session.get(DagModel, dag_id)
         where = model.fileloc if model is not None and model.fileloc else None
-    bag = DagBag(dag_folder=where, safe_mode=False) if where else DagBag()
+    if where is None:
+        bag = DagBag()
+    else:  # parsed again only when the file changed: a page asks for the same DAG over and over
+        stamp = os.stat(where).st_mtime_ns if os.path.exists(where) else None
+        kept = _PARSED.get(where)
+        bag = kept[1] if kept is not None and kept[0] == stamp else DagBag(dag_folder=where, safe_mode=False)
+        _PARSED[where] = (stamp, bag)
     dag = bag.dags.get(dag_id)
     if dag is None:
         errors = "; ".join(f"{k}: {v}" for k, v in bag.import_errors.items())
