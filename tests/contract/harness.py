@@ -88,10 +88,10 @@ class LakeHistory(ContractChecks, RuleBasedStateMachine):
         self.params = 0
         self.landing: dict[int, int] = {}  # date -> landing generation (its raw files)
         self.reads: list[tuple[int, list[tuple[str, str, str]]]] = []  # (version, filter) pinned so far
-        self.heads: list[str] = []
+        self.index_copy: str | None = None  # an older _dltrain_history, for a lagging index
         self.fingerprints: dict[
             tuple[str, str], tuple[int, str]
-        ] = {}  # head.json texts seen, for a lagging index
+        ] = {}  # hash -> the version and rows it named
         self.dirty = True  # something a read depends on changed: check every pinned read
         self.new_pin = False
 
@@ -307,21 +307,21 @@ class LakeHistory(ContractChecks, RuleBasedStateMachine):
     @rule()
     def lose_index(self) -> None:
         """The lake copied with a plain Delta tool: ``_dltrain_history`` is not there."""
-        head = self.table.head_text()
-        if head:
-            self.heads.append(head)
         self.table.drop_index()
         self.dirty = True
 
-    @precondition(lambda self: self.heads or self.table.head_text())
     @rule()
     def lag_index(self) -> None:
-        """An older ``head.json`` put back (a racing writer's late update): the index lags the log."""
-        head = self.table.head_text()
-        if head:
-            self.heads.append(head)
-        if len(self.heads) > 1 and os.path.isdir(self.table.index_dir()):
-            self.table.put_head(self.heads[0])
+        """The index lags the log: the first time, a copy of ``_dltrain_history`` is kept; later, that
+        older copy is put back (a writer's late update, or an old copy of the folder restored)."""
+        if not os.path.isdir(self.table.index_dir()):
+            return
+        if self.index_copy is None:
+            self.index_copy = os.path.join(self.tmp, "index-copy")
+            shutil.copytree(self.table.index_dir(), self.index_copy)
+            return
+        self.table.drop_index()
+        shutil.copytree(self.index_copy, self.table.index_dir())
         self.dirty = True
 
     # -- the checks ---------------------------------------------------------------------------------
