@@ -46,13 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_dltrain.testing.fake_aws_auth import LOOPBACK, WELL_KNOWN_KEY
+from airflow_provider_dltrain.testing.fake_aws_keys import ACCESS_KEY_ENV, INSTANCE_PROFILE, SECRET_KEY_ENV
 
 log = logging.getLogger("fake_aws")
-ACCESS_KEY_ENV = "DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"
-SECRET_KEY_ENV = "DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"
 WELL_KNOWN_FLAG = "--insecure-well-known-keys"
-# what an EC2 stage or training job needs on the fake besides a bucket: created at every start
-INSTANCE_PROFILE = "dltrain-node"
+# the AMI the EC2 engine resolves by default (any AMI id is accepted on the fake)
 AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 # S3's rule for new buckets (moto accepts more, e.g. capitals, which S3 refuses)
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

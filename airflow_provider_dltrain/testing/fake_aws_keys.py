@@ -7,6 +7,10 @@ import os
 import shlex
 from pathlib import Path
 
+ACCESS_KEY_ENV = "DLTRAIN_FAKE_AWS_ACCESS_KEY_ID"  # keys of the caller's own, instead of fresh ones
+SECRET_KEY_ENV = "DLTRAIN_FAKE_AWS_SECRET_ACCESS_KEY"
+# the instance profile EC2 nodes run as: every start of the fake creates it (with its role)
+INSTANCE_PROFILE = "dltrain-node"
 Keys = tuple[str, str]  # (access key id, secret access key)
 # the credentials of every fake this process started, by endpoint (read from its 0600 file)
 _STARTED: dict[str, Keys] = {}

@@ -27,6 +27,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from airflow_provider_dltrain.testing.fake_aws_keys import (
+    ACCESS_KEY_ENV,
+    INSTANCE_PROFILE,
+    SECRET_KEY_ENV,
     Keys,
     credentials_for,
     forget,
@@ -122,8 +125,6 @@ class FakeAws:
     @property
     def instance_profile(self) -> str:
         """The instance profile the fake created for EC2 nodes (``engine_options["instance_profile"]``)."""
-        from airflow_provider_dltrain.testing.fake_aws import INSTANCE_PROFILE
-
         return INSTANCE_PROFILE
 
     @property
@@ -193,8 +194,6 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _server_env(credentials: Keys | None) -> dict[str, str]:
-    from airflow_provider_dltrain.testing.fake_aws import ACCESS_KEY_ENV, SECRET_KEY_ENV
-
     dropped = ("AWS_ENDPOINT_URL", "AWS_PROFILE", ACCESS_KEY_ENV, SECRET_KEY_ENV)
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     if credentials is not None:  # the caller's own; by default the fake makes fresh ones
