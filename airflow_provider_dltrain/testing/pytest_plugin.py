@@ -11,8 +11,10 @@
 * ``ray_cluster`` (per test module): a 2-node Ray cluster on 127.0.0.1 started with ``ray start``
   (:func:`~airflow_provider_dltrain.testing.ray_cluster.local_ray_cluster`); its nodes get the
   variables of the ``ray_cluster_env`` fixture (none by default; override it with
-  ``fake_aws_server.env`` for Ray workers that reach the fake AWS). At the end every process of the
-  cluster is stopped, Ray's client proxy included, and the teardown fails if one is left.
+  ``fake_aws_server.env`` for Ray workers that reach the fake AWS). It runs with Ray's token
+  authentication: set ``ray_cluster.env`` (the address, ``RAY_AUTH_MODE=token`` and the 0600 token
+  file's path) where a test calls its Jobs API. At the end every process of the cluster is stopped,
+  Ray's client proxy included, and the teardown fails if one is left.
 
 At the end of the session the server is stopped, and the teardown fails if any job process it started
 (a Glue run, an EMR step, a training job…) is still alive. The server's log and each job's stdout and
