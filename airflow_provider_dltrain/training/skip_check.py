@@ -96,11 +96,12 @@ def _already_judged(
     would rebuild the same model and register a duplicate, so skip and say which one it was."""
     from airflow_provider_dltrain.registry.client import mlflow_client, search_versions
 
-    # the versions registered for this cut-off only: one search, whatever the registry's history
-    wanted = f"name = '{name}' and tags.`dltrain.data_cutoff` = '{cutoff}'"
+    # the versions registered for cut-offs in this cut-off's month: one search, whatever the
+    # registry's history, and the same search for every date of that month (a plan asks it once)
+    wanted = f"name = '{name}' and tags.`dltrain.data_cutoff` LIKE '{cutoff[:7]}%'"
     for mv in search_versions(mlflow_client(tracking), wanted):
         tags = mv.tags
-        if not tags.get("dltrain.gate.decision"):
+        if tags.get("dltrain.data_cutoff") != cutoff or not tags.get("dltrain.gate.decision"):
             continue
         if all(tags.get(key) == identity[key] for key in keys):
             current = f"v{champion.version}" if champion is not None else "none"
