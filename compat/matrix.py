@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +43,7 @@ class Cell:
     constraints: str
     resolution: str = "highest"
     torch: bool = False  # the demo trains (dltrain_retrain) only where torch is installed
+    deselect: tuple[str, ...] = ()  # tests this cell cannot run, each with its reason where it is named
 
     @property
     def venv(self) -> Path:
@@ -53,14 +54,34 @@ class Cell:
         return self.venv / "bin" / "python"
 
 
+# Airflow 3.1 in unit-test mode (AIRFLOW__CORE__UNIT_TEST_MODE, which tests/conftest.py sets) finds no
+# connection defined by an AIRFLOW_CONN_* variable ("Unable to find AWS Connection ID"); without that mode
+# it does, as Airflow 3.2+ does in both. These tests define their moto connection that way.
+AIRFLOW_31_UNIT_TEST_MODE = (
+    "tests/sensors/test_version_sensor.py::test_sensor_waits_for_an_s3_table_on_moto_in_both_modes",
+    "tests/sensors/test_version_trigger.py::test_trigger_finds_an_s3_table_on_moto_through_the_aws_connection",
+)
+
 CELLS = {
     c.name: c
     for c in (
         # the floor: the oldest Airflow minor (its newest patch), the oldest Python, and every direct
         # dependency at the lowest version pyproject.toml declares
-        Cell("floor", "3.10", "3.1.8", NO_TORCH, "constraints/compat-floor-py3.10.txt", "lowest-direct"),
-        Cell("airflow-3.2", "3.12", "3.2.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.2-py3.12.txt"),
-        Cell("airflow-3.3", "3.13", "3.3.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.3-py3.13.txt"),
+        Cell(
+            "floor",
+            "3.10",
+            "3.1.8",
+            NO_TORCH,
+            "constraints/compat-floor-py3.10.txt",
+            "lowest-direct",
+            deselect=AIRFLOW_31_UNIT_TEST_MODE,
+        ),
+        Cell(
+            "airflow-3.2", "3.12", "3.2.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.2-py3.12.txt"
+        ),
+        Cell(
+            "airflow-3.3", "3.13", "3.3.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.3-py3.13.txt"
+        ),
         # what make install builds: the pins every other command of the project uses
         Cell("main", "3.11", "3.3.2", "all,dev", "constraints/constraints-3.11.txt", torch=True),
     )
@@ -84,8 +105,10 @@ TESTS = (
     "tests/etl/test_operator_input_checks.py",
     "tests/test_dist.py",
 )
-# The smoke .ci/run runs on the floor: imports, the DAGs' parse, then the demo's first date.
+# The smoke .ci/run runs on the floor: imports, the DAGs' parse, then the demo's first date, in a venv
+# of the floor's pins with only the extras these need (a third of the floor's install).
 SMOKE_TESTS = ("tests/test_airflow_compat.py", "tests/dags/test_dag_integrity.py")
+SMOKE_EXTRAS = "aws,spark,testing"
 DEMO_DATE = "2026-11-24"
 
 
@@ -159,7 +182,8 @@ def check_env(cell: Cell) -> dict[str, str]:
 
 def pytest(cell: Cell, tests: tuple[str, ...]) -> None:
     run([cell.py, "-m", "pytest", "-p", "no:xdist", "-q", "-m", "not slow and not cluster",
-         "-p", "no:cacheprovider", *tests], env=check_env(cell))  # fmt: skip
+         "-p", "no:cacheprovider", *(f"--deselect={t}" for t in cell.deselect), *tests],
+        env=check_env(cell))  # fmt: skip
 
 
 def demo(cell: Cell) -> None:
@@ -188,7 +212,7 @@ def test(cell: Cell) -> None:
 
 
 def smoke() -> None:
-    cell = CELLS["floor"]
+    cell = replace(CELLS["floor"], name="floor-smoke", extras=SMOKE_EXTRAS)
     timed("floor build", lambda: build(cell))
     timed("floor imports and DAG parse", lambda: pytest(cell, SMOKE_TESTS))
     timed(f"floor demo {DEMO_DATE}", lambda: demo(cell))
