@@ -13,8 +13,11 @@ from hypothesis import seed as with_seed
 from hypothesis.stateful import run_state_machine_as_test
 
 pytest.importorskip("dvc.api")
-
 from tests.contract.dvc_history import STATS, DvcHistory
+
+pytestmark = [
+    pytest.mark.heavy("a DVC repository built once, then one DVCFileSystem opened per resolve (about 80 s)")
+]
 
 HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_DVC_HISTORIES", "10"))
 SEED = int(os.environ.get("DLTRAIN_CONTRACT_SEED", "46"))
