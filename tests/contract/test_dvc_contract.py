@@ -16,7 +16,8 @@ pytest.importorskip("dvc.api")
 from tests.contract.dvc_history import STATS, DvcHistory
 
 pytestmark = [
-    pytest.mark.heavy("a DVC repository built once, then one DVCFileSystem opened per resolve (about 80 s)")
+    pytest.mark.slow,
+    pytest.mark.heavy("a DVC repository built once, then one DVCFileSystem opened per resolve (about 80 s)"),
 ]
 
 HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_DVC_HISTORIES", "10"))

@@ -19,7 +19,10 @@ from hypothesis.stateful import run_state_machine_as_test
 from tests.contract.harness import FOUND, STATS, STEPS, LakeHistory
 
 pytestmark = [
-    pytest.mark.heavy("200 generated histories of 30 steps, each step checked on real files (about 90 s)")
+    pytest.mark.slow,
+    pytest.mark.heavy(
+        "200 generated histories of 30 steps, each step checked on real files (about 2 min of CPU)"
+    ),
 ]
 
 HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_HISTORIES", "200"))
