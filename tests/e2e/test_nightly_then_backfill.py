@@ -281,14 +281,18 @@ def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_
     before = _tables(demo)
     before_files = _files_by_partition(demo.predictions)
     source_file, fixed_label = _restate_d2(demo)
+    # the plan before: the ingest of exactly D2 recomputes, naming the restated input
+    plan = _plan(demo, "dltrain_ingest", None)
+    assert plan == {ds: "will recompute" if ds == D2 else "will skip" for ds in DATES}, plan
     # the nightly of D2 again (it picks the restatement up), then a backfill of D3
-    demo.run(
-        [
-            ("dltrain_ingest", D2, None),
-            ("dltrain_retrain", D2, {"hparams": FAST}),
-            ("dltrain_retrain", D3, {"hparams": FAST}),
-        ]
-    )
+    demo.run([("dltrain_ingest", D2, None)])
+    # with D2 restated, every retrain from D2 on trains on other rows; D1 does not
+    plan = _plan(demo, "dltrain_retrain", {"hparams": FAST})
+    assert plan == {ds: "will skip" if ds == DATES[0] else "will recompute" for ds in DATES}, plan
+    demo.run([("dltrain_retrain", D2, {"hparams": FAST}), ("dltrain_retrain", D3, {"hparams": FAST})])
+    # what the plan predicted is what the runs did
+    assert demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]["committed"] is True
+    assert {demo.outcome("dltrain_retrain", ds)["tasks"]["train"] for ds in (D2, D3)} == {"success"}
     ingest = demo.outcome("dltrain_ingest", D2)["xcom"]["ingest_images"]
     restated = ingest["version"]
     assert ingest["committed"] is True and restated == before["digits"] + 1
@@ -327,6 +331,23 @@ def test_restated_d2_then_backfilled_d3_uses_the_restated_rows_and_a_consistent_
     d3 = demo.outcome("dltrain_retrain", D3)["report"]
     assert d3["verdict"] == "changed", d3
     assert any("changed: data (digits version" in c for c in d3["changes"]), d3
+
+
+def _plan(demo, dag_id, conf):
+    """``dltrain backfill-report --plan --json`` of every date: date -> verdict."""
+    extra = ["--conf", json.dumps(conf)] if conf else []
+    command = ["backfill-report", dag_id, DATES[0], D4, "--plan", "--json", *extra]
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_dltrain", *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=demo.env,
+    ).stdout
+    dates = json.loads(out)["dates"]
+    changed = [c["fact"] for d in dates for t in d["tasks"] for c in t["changes"]]
+    assert dag_id != "dltrain_ingest" or changed == ["inputs.labels"], dates
+    return {d["ds"]: d["verdict"] for d in dates}
 
 
 def _backfill_report(demo, dag_id, start, end):
