@@ -4,7 +4,7 @@ The fake runs with ``--host`` on the Docker bridge's gateway, so the node contai
 writes its per-start keys and endpoint to a 0600 file; the same file points this process at it
 (``source``) and is the TrainJob's secret, mounted read-only into every node::
 
-    GATEWAY=$(docker network inspect bridge -f '{{(index .IPAM.Config 0).Gateway}}')
+    GATEWAY=$(ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1)  # e.g. 172.17.0.1
     dltrain fake-aws --host "$GATEWAY" --bucket lake --env-file ~/.dltrain/fake-aws.env &
     set -a; . ~/.dltrain/fake-aws.env; set +a
 """
