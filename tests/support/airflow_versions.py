@@ -8,12 +8,12 @@ from typing import Any
 
 
 def dag_bag(dag_folder: str) -> Any:
-    """Airflow's DagBag of ``dag_folder``, the parse the DAG processor makes (examples excluded)."""
+    """Airflow's DagBag of ``dag_folder``, the parse the DAG processor makes (examples: the configuration's)."""
     try:  # Airflow 3.2+
         from airflow.dag_processing.dagbag import DagBag
     except ModuleNotFoundError:  # Airflow 3.1
         from airflow.models.dagbag import DagBag
-    return DagBag(dag_folder=dag_folder, include_examples=False)
+    return DagBag(dag_folder=dag_folder)
 
 
 def serialized_round_trip(dag: Any) -> Any:
