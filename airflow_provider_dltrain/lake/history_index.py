@@ -273,6 +273,11 @@ class HistoryIndex:
         for key, flags in keys.items():
             recorded = bool(flags & RECORDED)
             if flags & REARRANGED and not recorded:
+                same = self.last_write(key, version)
+                if same is not None and same.version == version and same.inferred:
+                    # a rebuild inferred the write at the oldest kept commit, which only rearranges
+                    # files: what was written there is lost, and stays lost (not a known compaction)
+                    continue
                 # the same rows in other files: the digest and writer of the rows carry over
                 before = self.last_write(key, version - 1)
                 known = before is not None and before.content_known
