@@ -26,6 +26,10 @@ SURVEY = os.environ.get("DLTRAIN_CONTRACT_SURVEY") == "1"
 SURVEY_FOUND: dict[str, list[str]] = {}
 # the soak (DLTRAIN_CONTRACT_MINUTES) reads every pin after every step
 THOROUGH = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0") or 0) > 0
+# the generated tables and repositories live in memory where there is a tmpfs: a history makes and
+# removes a few hundred small files, folders and sqlite syncs, which cost more than the checks on a busy
+# disk (to delta-rs, DVC and git it is the same local filesystem)
+SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def category(message: str) -> str:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from airflow_provider_dltrain.exceptions import DltrainError
-from tests.contract.contract_checks import Violation
+from tests.contract.contract_checks import SCRATCH, Violation
 
 REVISIONS = 4
 DATES = 6
@@ -49,7 +49,9 @@ def build_repo() -> dict[str, Any]:
 
     from dvc.repo import Repo
 
-    tmp = tempfile.mkdtemp(prefix="dltrain-contract-dvc-")
+    # in memory where there is a tmpfs: DVC's sqlite caches (site cache, the repository's index) sync
+    # to disk on every close, a few hundred times a history, which costs more than the resolves on a busy disk
+    tmp = tempfile.mkdtemp(prefix="dltrain-contract-dvc-", dir=SCRATCH)
     root, remote = os.path.join(tmp, "repo"), os.path.join(tmp, "remote")
     os.makedirs(os.path.join(root, "data"))
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")

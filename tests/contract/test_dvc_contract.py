@@ -17,7 +17,9 @@ from tests.contract.dvc_history import STATS, DvcHistory
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.heavy("a DVC repository built once, then one DVCFileSystem opened per resolve (about 80 s)"),
+    pytest.mark.heavy(
+        "a DVC repository built once, then one DVCFileSystem opened per resolve (about 13 s of CPU)"
+    ),
 ]
 
 HISTORIES = int(os.environ.get("DLTRAIN_CONTRACT_DVC_HISTORIES", "10"))

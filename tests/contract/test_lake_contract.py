@@ -21,7 +21,7 @@ from tests.contract.harness import FOUND, STATS, STEPS, LakeHistory
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.heavy(
-        "200 generated histories of 30 steps, each step checked on real files (about 2 min of CPU)"
+        "200 generated histories of 30 steps, each step checked on real files (about 85 s of CPU under load)"
     ),
 ]
 
