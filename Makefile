@@ -193,11 +193,14 @@ bench: install horovod
 
 # The generated contract histories (tests/contract) for MINUTES, from seed SEED on, every pin read after
 # every step (make test runs 200 histories of seed 46). A failure prints its seed and the shrunk history.
+# LANDING_MINUTES more go to generated landing folders through Spark (tests/contract/test_landing_contract.py).
 MINUTES ?= 30
 SEED ?= 1
+LANDING_MINUTES ?= 5
 .PHONY: soak
 soak: install
-	DLTRAIN_CONTRACT_MINUTES=$(MINUTES) DLTRAIN_CONTRACT_SEED=$(SEED) $(PY) -m pytest -p no:xdist -q -s \
+	DLTRAIN_CONTRACT_MINUTES=$(MINUTES) DLTRAIN_CONTRACT_SEED=$(SEED) \
+		DLTRAIN_CONTRACT_LANDING_MINUTES=$(LANDING_MINUTES) $(PY) -m pytest -p no:xdist -q -s \
 		-p no:cacheprovider --timeout=0 tests/contract
 
 # lint-imports: the layer contracts of pyproject.toml ([tool.importlinter]): imports point down only.
