@@ -45,6 +45,10 @@ HIDDEN = "hidden name (starts with '.' or '_'): not read"
 SYMLINK = "symbolic link: not followed (the landing zone takes regular files only)"
 NOT_REGULAR = "not a regular file: not read"
 HADOOP_NAME = "name holds ':', which Hadoop paths cannot hold: not read (rename the file)"
+# Spark's own readers take every path as a Hadoop glob, and some (multiLine CSV and JSON) expand it a
+# second time after the escaped name was matched: a name holding a glob character is not opened by name
+SPARK_GLOB_CHARS = "*?[]{}\\"
+GLOB_NAME = "name holds a glob character (*?[]{}\\), which Spark's reader expands: not read (rename the file)"
 
 
 def oversized(size: int, limit: int) -> str:
@@ -246,6 +250,8 @@ def _refusal(path: str, st: os.stat_result, spark_reads: bool) -> str | None:
         return NOT_REGULAR
     if spark_reads and ":" in name:
         return HADOOP_NAME
+    if spark_reads and any(c in name for c in SPARK_GLOB_CHARS):
+        return GLOB_NAME
     return None
 
 

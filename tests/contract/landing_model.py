@@ -9,8 +9,9 @@ never on the files the harness wrote from it. The rules (docs/guarantees.md, "Th
   folder above the first pattern component), hidden names included; a linked folder met on the way
   is refused, not entered; overlapping alternatives list a file once.
 * L2 below the input's path a symbolic link (to a file or a folder) is refused; a name starting with
-  ``.`` or ``_``, or inside such a folder, is refused; a name with ``:`` is refused where Spark's own
-  reader opens the file (``csv``), read for ``binaryFile``. Where two rules apply, either reason.
+  ``.`` or ``_``, or inside such a folder, is refused; a name with ``:``, or else with a glob character
+  (``*?[]{}`` and backslash), is refused where Spark's own reader opens the file (``csv``), read for
+  ``binaryFile``. Where two rules apply, either reason.
 * L3 a file over ``max_file_bytes`` is refused (the rest is read).
 * L4 a read ``csv`` file holding a record longer than ``max_line_bytes`` fails the task (a
   ``LandingFileError`` naming the file), before anything is written; a refused file is never measured.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 HIDDEN = "hidden name (starts with '.' or '_'): not read"
 SYMLINK = "symbolic link: not followed (the landing zone takes regular files only)"
 HADOOP_NAME = "name holds ':', which Hadoop paths cannot hold: not read (rename the file)"
+GLOB_NAME = "name holds a glob character (*?[]{}\\), which Spark's reader expands: not read (rename the file)"
 GLOB_CHARS = "*?[{"
 
 
@@ -143,6 +145,8 @@ def _judge(
         reasons.add(SYMLINK)
     if spark_reads and ":" in name:
         reasons.add(HADOOP_NAME)
+    elif spark_reads and any(c in name for c in "*?[]{}\\"):
+        reasons.add(GLOB_NAME)
     if reasons:
         verdict.refused[path] = frozenset(reasons)
     else:

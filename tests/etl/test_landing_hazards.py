@@ -23,6 +23,7 @@ from airflow_provider_dltrain.demo.digits_etl import decode_digits
 from airflow_provider_dltrain.demo.seed import seed_day
 from airflow_provider_dltrain.etl import read_inputs, run_transform, write_dataframe
 from airflow_provider_dltrain.etl.landing_files import (
+    GLOB_NAME,
     HADOOP_NAME,
     HIDDEN,
     SYMLINK,
@@ -420,3 +421,21 @@ def test_a_record_is_measured_the_same_whatever_the_chunks_it_arrives_in(text, o
         except LandingFileError as err:
             found = str(err).split(" is longer")[0].removeprefix("f.csv ")
         assert found == verdict, f"in chunks of {size} bytes"
+
+
+def test_a_name_holding_a_glob_character_is_refused_for_spark_read_formats_and_read_for_binary_files(
+    tmp_path,
+):
+    """``x[1].csv`` read with multiLine failed inside Spark (an untyped error, retried, the file neither
+    read nor quarantined): found by the generated landing folders; now refused with its reason."""
+    folder = tmp_path / "csvs"
+    folder.mkdir()
+    (folder / "x[1].csv").write_text("x\n1\n")
+    (folder / "ok.csv").write_text("x\n2\n")
+    csvs = list_landing(str(folder))
+    assert [os.path.basename(f) for f in csvs.files] == ["ok.csv"]
+    assert [(os.path.basename(r.path), r.reason) for r in csvs.refused] == [("x[1].csv", GLOB_NAME)]
+    assert sorted(os.path.basename(f) for f in list_landing(str(folder), spark_reads=False).files) == [
+        "ok.csv",
+        "x[1].csv",
+    ]
