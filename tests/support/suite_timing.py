@@ -8,8 +8,9 @@ copies that into ``tests/durations.json``, which orders the next run: with ``--d
 file in collection order, so the longest files go first and the short ones fill in behind them
 (longest processing time first), and neither worker is left with a long file at the end.
 
-A file slower than ``DLTRAIN_SLOW_FILE_S`` seconds (60, stretched by the factor a fixed piece of work
-is slower on this machine than on a quiet one) fails the run unless it is in the accepted heavy tier,
+A new file (one ``tests/durations.json`` does not list yet) slower than ``DLTRAIN_SLOW_FILE_S`` seconds
+(60, stretched by the factor a fixed piece of work is slower on this machine than on a quiet one) fails
+the run unless it is in the accepted heavy tier,
 with the reason it is heavy: listed in :data:`HEAVY` below, or its module says
 ``pytestmark = [pytest.mark.heavy("a whole nightly through Airflow")]``.
 """
@@ -93,12 +94,22 @@ HEAVY: dict[str, str] = {
 }
 
 
-def known_durations() -> dict[str, float]:
-    """Seconds per test file (path relative to the repository) from the last recorded run."""
+def _recorded() -> dict[str, float | None]:
     try:
-        return {k: float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+        return dict(json.loads(DURATIONS.read_text()))
     except (OSError, ValueError):
         return {}
+
+
+def known_durations() -> dict[str, float]:
+    """Seconds per test file (path relative to the repository) from the last recorded run."""
+    return {k: float(v) for k, v in _recorded().items() if v is not None}
+
+
+def recorded_files() -> set[str]:
+    """The files ``tests/durations.json`` lists (``null``: listed before its seconds were measured):
+    a file not among them is new, and a new file over the limit fails the run."""
+    return set(_recorded())
 
 
 def file_of(nodeid: str) -> str:
@@ -114,6 +125,7 @@ class SuiteTiming:
         self.busy: dict[str, float] = defaultdict(float)
         self.last_seen: dict[str, float] = {}
         self.too_slow: list[tuple[str, float]] = []
+        self.slow_known: list[tuple[str, float]] = []
         self.reference = _reference_work()
 
     @pytest.hookimpl(trylast=True)
@@ -135,10 +147,13 @@ class SuiteTiming:
             return  # a worker: the controller sums every worker's reports
         _SLOWDOWN = min(self.reference, _reference_work()) / _REFERENCE_S
         limit = _limit()
-        self.too_slow = sorted(
+        over = sorted(
             ((f, s) for f, s in self.per_file.items() if s > limit and f not in self.heavy),
             key=lambda fs: -fs[1],
         )
+        known = recorded_files()
+        self.too_slow = [(f, s) for f, s in over if f not in known]
+        self.slow_known = [(f, s) for f, s in over if f in known]
         if self.too_slow and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         home = os.environ.get("DLTRAIN_HOME")
@@ -171,6 +186,10 @@ class SuiteTiming:
             for worker in sorted(self.busy):
                 idle = end - self.last_seen[worker]
                 write(f"  {worker}: busy {self.busy[worker]:.0f} s, idle at the end {idle:.0f} s")
+        for name, secs in self.slow_known:
+            write(
+                f"slow file {name}: {secs:.0f} s > {_limit():.0f} s: make it faster or add it to HEAVY with its reason"
+            )
         for name, secs in self.too_slow:
             write(
                 f"SLOW FILE {name}: {secs:.0f} s > {_limit():.0f} s ({_LIMIT_ENV}). Make it faster (share the "
