@@ -199,6 +199,12 @@ class RegistryHistory(RuleBasedStateMachine):
             if got != self.model.alias():
                 self._fail(f"live alias on v{got}, the oracle says v{self.model.alias()} (C3)")
 
+    def teardown(self) -> None:
+        import shutil
+
+        if hasattr(self, "uri"):
+            shutil.rmtree(self.uri, ignore_errors=True)
+
     def _fail(self, message: str) -> None:
         history = "\n  ".join(self.steps)
         raise Violation(f"{message}\nsteps after create:\n  {history}")
