@@ -88,6 +88,7 @@ def gate_and_promote(
             cutoff,
         )
         return _finish(client, mv, alias, cutoff)
+    _refuse_moving_a_promotion(mv, alias, cutoff)
     champion = champion_as_of(client, model_name, cutoff, alias, exclude_version=mv.version)
     if evaluation is not None:
         secondary = [s.metric for s in gate.secondary]
@@ -256,6 +257,18 @@ def _decided(mv: ModelVersionInfo, alias: str, cutoff: str, rule: str) -> bool:
 
 
 _EVAL_TAGS = (TAG_EVAL_FN, TAG_EVAL_DATA, TAG_EVAL_ROWS, TAG_SECONDARY_VALUES, TAG_CHAMPION_CUTOFF)
+
+
+def _refuse_moving_a_promotion(mv: ModelVersionInfo, alias: str, cutoff: str) -> None:
+    """A version holds one promotion record (``<alias>_from``): gating it for another cut-off would move
+    or delete that record, and the dates from its cut-off on would lose the champion that scored them."""
+    held = mv.tags.get(history_tags(alias)[0])
+    if held and held != cutoff:
+        raise InvalidSpecError(
+            f"{mv.name} v{mv.version} is the {alias!r} champion from cut-off {held}; gating it again for "
+            f"cut-off {cutoff} would change the champion of every date from {held} on. Register a new "
+            f"version for {cutoff} (or gate v{mv.version} for {held} to replay its decision)."
+        )
 
 
 def _record(

@@ -62,12 +62,10 @@ def test_generated_registry_histories_give_each_date_its_champion_and_skip_decis
     assert STATS["histories"] >= HISTORIES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: a version holds one promotion record (its <alias>_from tag); gating it again "
-    "for a later cut-off moves that record, so the dates before lose the champion they had",
-)
 def test_repromoting_an_older_version_for_a_later_cutoff_keeps_its_earlier_dates(tracking) -> None:
+    """Found by the generated registry histories: gating a promoted version again for a later cut-off
+    moved its one promotion record, and the dates before lost the champion that scored them. It is now
+    refused, naming why, before anything changes."""
     from airflow_provider_dltrain.registry import champion_as_of
     from airflow_provider_dltrain.registry.promote import gate_and_promote
     from airflow_provider_dltrain.registry.register import register_model
@@ -79,6 +77,9 @@ def test_repromoting_an_older_version_for_a_later_cutoff_keeps_its_earlier_dates
     )
     gate_and_promote(tracking, model_name=name, version=1, gate=GATE, data_cutoff="2025-01-03")
     assert champion_as_of(tracking, name, "2025-01-31").version == 1
-    gate_and_promote(tracking, model_name=name, version=1, gate=GATE, data_cutoff="2025-06-20")
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
+
+    with pytest.raises(InvalidSpecError, match=r"champion from cut-off 2025-01-03.*Register a new version"):
+        gate_and_promote(tracking, model_name=name, version=1, gate=GATE, data_cutoff="2025-06-20")
     found = champion_as_of(tracking, name, "2025-01-31")  # the nightly of 2025-01-31 was scored by v1
     assert found is not None and found.version == 1
