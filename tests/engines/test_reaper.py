@@ -313,6 +313,8 @@ def test_reaper_as_a_teardown_in_a_real_dag_run_then_the_cli_asks_the_metadata_d
     dags.mkdir()
     (dags / "reap_e2e.py").write_text(E2E_DAG.format(endpoint=cloud.endpoint, conn=aws_conn))
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+    # the DAG's own boto3 client (the dead worker's clusters) signs with the fake's per-start keys
+    env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = credentials_for(cloud.endpoint)
     run = subprocess.run(
         [sys.executable, "-m", "airflow", "dags", "test", "dltrain_reap_e2e"],
         env=env,
