@@ -108,6 +108,10 @@ class DltrainTransientError(DltrainError):
     """A failure that may succeed on retry (a commit conflict, a lost worker, a network error)."""
 
 
+class StorageReadError(DltrainTransientError, OSError):
+    """A file of a table's log or history could not be read (not "it does not exist")."""
+
+
 class InputNotFoundError(DltrainTransientError):
     """A raw input path of an ETL task does not exist (yet): retried, since data often lands late."""
 

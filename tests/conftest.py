@@ -5,6 +5,7 @@ Airflow reads its configuration at import, so the environment is set before anyt
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -218,6 +219,39 @@ def _test_keeps_mlflow_env():
     saved = {k: os.environ.get(k) for k in _MLFLOW_ENV}
     yield
     _restore_env(saved)
+
+
+def _provider_logging_changed() -> str | None:
+    """What a test or an imported test module changed on the provider's logger, or None.
+
+    Another test's ``caplog`` reads the provider's warnings through the root logger: a level raised,
+    propagation cut or the logger disabled there silences them for every later test in the worker.
+    """
+    logger = logging.getLogger("airflow_provider_dltrain")
+    if logger.level or logger.disabled or not logger.propagate or logging.root.manager.disable:
+        return (
+            f"level {logging.getLevelName(logger.level)}, disabled {logger.disabled}, propagate "
+            f"{logger.propagate}, logging.disable({logging.root.manager.disable})"
+        )
+    return None
+
+
+def pytest_collection_finish(session):
+    changed = _provider_logging_changed()
+    if changed:
+        raise pytest.UsageError(f"a test module changed the provider's logger at import: {changed}")
+
+
+@pytest.fixture(autouse=True)
+def _test_keeps_provider_logging():
+    yield
+    changed = _provider_logging_changed()
+    if changed:
+        logger = logging.getLogger("airflow_provider_dltrain")
+        logger.setLevel(logging.NOTSET)
+        logger.disabled, logger.propagate = False, True
+        logging.disable(logging.NOTSET)
+        pytest.fail(f"the test left the provider's logger changed ({changed}): restore what you change")
 
 
 def pytest_collection_modifyitems(config, items):

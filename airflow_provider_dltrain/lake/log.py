@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.exceptions import StorageReadError, TableNotFoundError
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
 
@@ -89,11 +89,22 @@ class DeltaLog:
         return bool(self._fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     def _read_text(self, path: str) -> str | None:
+        """The file's text, or None when there is no such file.
+
+        Only "not found" reads as absent: a file that could not be read (a timeout, a refused
+        connection, access denied) raises, never passing for a commit removed by log retention or
+        a history record never written, which would change what a run decides.
+        """
         try:
             with self._fs.open_input_stream(path) as stream:
                 return bytes(stream.read()).decode("utf-8")
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:
             return None
+        except OSError as err:
+            raise StorageReadError(
+                f"could not read {path} of {self.uri}: {err} (the storage did not answer; "
+                "the task's retry reads it again)"
+            ) from err
 
     def read_beside(self, rel: str) -> str | None:
         """A text file under the table root (not in the log), or None when there is none."""

@@ -87,6 +87,8 @@ def filesystem(uri: str, options: StorageOptions | None = None) -> tuple[pafs.Fi
         "secret_key": opts.get("AWS_SECRET_ACCESS_KEY"),
         "session_token": opts.get("AWS_SESSION_TOKEN"),
         "region": opts.get("AWS_REGION") or opts.get("AWS_DEFAULT_REGION"),
+        # the SDK's default is 1 s: a busy endpoint (or host) refused a read that a retry would get
+        "connect_timeout": 10,
     }
     if endpoint:
         parsed = urlparse(endpoint)

@@ -255,12 +255,10 @@ def remote_run_key(request: TrainingRequest) -> str:
     if request.run_key is not None:
         return request.run_key
     dataset = request.dataset
-    ref = (
-        dataset
-        if isinstance(dataset, str)
-        else canonical_json(
-            DeltaRef.coerce(dataset if isinstance(dataset, DeltaRef) else dict(dataset)).to_dict()
-        )
+    # canonical whatever form it came in (a DeltaRef, its dict, its JSON text with any spacing): the
+    # same table version is the same run
+    ref = canonical_json(
+        DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)).to_dict()
     )
     key_of = [
         train_fn_name(request.train_fn),

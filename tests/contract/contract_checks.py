@@ -7,7 +7,6 @@ an untyped error is a violation too (no clear refusal).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from collections.abc import Callable
@@ -35,9 +34,6 @@ SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 def category(message: str) -> str:
     """A violation's kind: its message without numbers, quoted values and paths."""
     return re.sub(r"[0-9]+|'[^']*'|/tmp/\S+", "#", message)[:160]
-
-
-logging.getLogger("airflow_provider_dltrain").setLevel(logging.ERROR)  # warnings by the thousand
 
 
 class Violation(AssertionError):

@@ -209,6 +209,8 @@ def test_the_job_commits_the_champions_predictions_and_records_its_version(score
     }
     info = DeltaLog(result["uri"], cloud["storage"]).commit_info(0)
     assert info["dltrain.model_name"] == MODEL and info["dltrain.model_version"] == "1"
+    # what an unchanged re-run compares against (the facts travel to the job with its spec)
+    assert json.loads(info["dltrain.rerun_facts"])["model"]["version"] == 1
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -217,7 +219,9 @@ def test_an_unchanged_rerun_submits_no_job_and_nothing_is_left_running(scored, e
     jobs = _jobs(cloud, engine)
     op = _operator(cloud, engine)
     again = op.execute(_context(op.task_id, try_number=2))
-    assert again["version"] == 0 and again["committed"] is False and again["skipped"] is True
+    first = scored[1][engine]["result"]
+    assert again["version"] == 0 and again["committed"] is False, (first, again)
+    assert again.get("skipped") is True, (first, again)
     assert _jobs(cloud, engine) == jobs  # the re-run check ran before any engine
     left = leaks(cloud["endpoint"])
     assert not left, "cloud resources left running:\n  " + "\n  ".join(left)

@@ -64,3 +64,25 @@ def test_as_of_returns_the_version_current_at_a_time(tmp_path):
     assert lake.as_of(uri, datetime.now(timezone.utc) + timedelta(days=1)).version == 2
     with pytest.raises(TableNotFoundError, match="did not exist"):
         lake.as_of(uri, t1 - timedelta(days=1))
+
+
+def test_a_commit_file_that_cannot_be_read_raises_instead_of_passing_for_a_cleaned_log(tmp_path):
+    """A timeout or a refused read of a commit file is not "removed by log retention": read as absent,
+    the partition's last write recorded nothing and an unchanged re-run recomputed."""
+    import shutil
+
+    from airflow_provider_dltrain.exceptions import StorageReadError
+    from airflow_provider_dltrain.lake.rerun_facts import last_write
+
+    uri = str(tmp_path / "t")
+    _write(uri, "2026-11-01")
+    _write(uri, "2026-11-02")
+    assert last_write(uri, {"ds": "2026-11-02"}).info["operation"]
+    commit = tmp_path / "t" / "_delta_log" / f"{1:020d}.json"
+    shutil.move(commit, tmp_path / "saved.json")
+    commit.mkdir()  # still listed, unreadable: what a read that times out looks like to the caller
+    with pytest.raises(StorageReadError, match=f"could not read .*{commit.name}"):
+        last_write(uri, {"ds": "2026-11-02"})
+    commit.rmdir()
+    shutil.move(tmp_path / "saved.json", commit)
+    assert last_write(uri, {"ds": "2026-11-02"}).ref.version == 1

@@ -93,6 +93,9 @@ def chain(airflow_db, tmp_path_factory):
         # on only here: the suite's default is off (tests/conftest.py)
         "AIRFLOW__OPENLINEAGE__DISABLED": "false",
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "dltrain-tests",
+        # the task runner waits this long for an event's emission, then drops it (default 10 s: a
+        # loaded 2-core machine misses it)
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "600",
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(events), "append": True}
         ),
@@ -112,6 +115,8 @@ def chain(airflow_db, tmp_path_factory):
         event = json.loads(line)
         if event.get("eventType") == "COMPLETE" and event["job"]["name"].startswith(f"{DAG_ID}."):
             complete[event["job"]["name"].split(".", 1)[1]] = event
+    missing = {"etl", "train", "register", "score"} - set(complete)
+    assert not missing, f"no COMPLETE event for {sorted(missing)}:\n" + (proc.stdout + proc.stderr)[-6000:]
     return complete, paths, f"mlflow+{tracking_uri}"
 
 

@@ -154,3 +154,19 @@ def test_the_operator_and_run_training_build_the_same_request(monkeypatch, tmp_p
             **settings,
         )
     assert by_function.value.request == request
+
+
+def test_a_dataset_given_as_json_text_or_as_a_dict_keys_the_same_remote_run():
+    """The run key a re-attach looks for: the same table version, however it was spelled."""
+    import json
+
+    from airflow_provider_dltrain.training.remote import remote_run_key
+
+    def key(dataset: Any) -> str:
+        return remote_run_key(
+            TrainingRequest("training_fns:keyless_train", dataset, {"lr": 0.1}, backend="sagemaker")
+        )
+
+    spaced = '{ "version": 3,\n  "uri": "/nowhere/digits" }'
+    assert key(DATASET) == key(json.dumps(DATASET)) == key(spaced) == key(DeltaRef.coerce(DATASET))
+    assert key(DATASET) != key({**DATASET, "version": 4})
