@@ -60,8 +60,10 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 def _storage_error(err: BaseException) -> bool:
     """An error of the storage layer (pyarrow's S3 filesystem, delta-rs), not of this provider."""
-    from airflow_provider_dltrain.exceptions import DltrainError
+    from airflow_provider_dltrain.exceptions import DltrainError, StorageReadError
 
+    if isinstance(err, StorageReadError):  # a log file the storage did not hand over
+        return True
     module = type(err).__module__ or ""
     return not isinstance(err, DltrainError) and (
         isinstance(err, OSError) or module.startswith(("pyarrow", "deltalake", "_deltalake"))
@@ -275,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "days", 1) < 1:
         print("--days must be at least 1", file=sys.stderr)
         return 2
-    from airflow_provider_dltrain.exceptions import DltrainUserError
+    from airflow_provider_dltrain.exceptions import DltrainUserError, StorageReadError
 
     try:
         return int(args.func(args))
-    except DltrainUserError as err:
+    except (DltrainUserError, StorageReadError) as err:  # said in full: no traceback to read through
         print(f"error: {err}", file=sys.stderr)
         return 1
 

@@ -44,6 +44,7 @@ class Cell:
     resolution: str = "highest"
     torch: bool = False  # the demo trains (dltrain_retrain) only where torch is installed
     deselect: tuple[str, ...] = ()  # tests this cell cannot run, each with its reason where it is named
+    pins: tuple[str, ...] = ()  # what Airflow's own constraints for its version hold, where newest breaks it
 
     @property
     def venv(self) -> Path:
@@ -62,6 +63,13 @@ AIRFLOW_31_UNIT_TEST_MODE = (
     "tests/sensors/test_version_trigger.py::test_trigger_finds_an_s3_table_on_moto_through_the_aws_connection",
 )
 
+# Airflow 3.2.2 leaves FastAPI and svcs uncapped, and `airflow dags test` fails on its first task with the
+# newest of either: FastAPI 0.165 ("Model 'TITerminalStatePayload' needs a discriminator field"), svcs 26
+# ("'State' object has no attribute 'svcs_registry'" from its execution API). 3.3.2 runs with both (and caps
+# FastAPI below 0.137). A deployment installs Airflow with its own constraints file, which holds the
+# versions of its release; so does this cell.
+AIRFLOW_32_PINS = ("fastapi<0.137", "svcs<26")
+
 CELLS = {
     c.name: c
     for c in (
@@ -77,7 +85,12 @@ CELLS = {
             deselect=AIRFLOW_31_UNIT_TEST_MODE,
         ),
         Cell(
-            "airflow-3.2", "3.12", "3.2.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.2-py3.12.txt"
+            "airflow-3.2",
+            "3.12",
+            "3.2.2",
+            NO_TORCH_NO_SAGEMAKER,
+            "constraints/compat-airflow3.2-py3.12.txt",
+            pins=AIRFLOW_32_PINS,
         ),
         Cell(
             "airflow-3.3", "3.13", "3.3.2", NO_TORCH_NO_SAGEMAKER, "constraints/compat-airflow3.3-py3.13.txt"
@@ -119,7 +132,7 @@ def run(cmd: list[str | Path], **kwargs) -> None:
 
 def requirements(cell: Cell) -> list[str]:
     """The cell's install: the working tree (editable) with its extras, its Airflow, the test tools."""
-    return ["-e", f"{REPO}[{cell.extras}]", f"apache-airflow=={cell.airflow}", *TEST_TOOLS]
+    return ["-e", f"{REPO}[{cell.extras}]", f"apache-airflow=={cell.airflow}", *cell.pins, *TEST_TOOLS]
 
 
 def lock(cell: Cell) -> None:

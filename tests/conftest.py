@@ -228,7 +228,8 @@ def _provider_logging_changed() -> str | None:
     propagation cut or the logger disabled there silences them for every later test in the worker.
     """
     logger = logging.getLogger("airflow_provider_dltrain")
-    if logger.level or logger.disabled or not logger.propagate or logging.root.manager.disable:
+    silenced = logger.level > logging.WARNING or logging.root.manager.disable >= logging.WARNING
+    if silenced or logger.disabled or not logger.propagate:
         return (
             f"level {logging.getLevelName(logger.level)}, disabled {logger.disabled}, propagate "
             f"{logger.propagate}, logging.disable({logging.root.manager.disable})"

@@ -98,7 +98,7 @@ class DeltaLog:
         try:
             with self._fs.open_input_stream(path) as stream:
                 return bytes(stream.read()).decode("utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a path inside a plain file
             return None
         except OSError as err:
             raise StorageReadError(

@@ -86,3 +86,6 @@ def test_a_commit_file_that_cannot_be_read_raises_instead_of_passing_for_a_clean
     commit.rmdir()
     shutil.move(tmp_path / "saved.json", commit)
     assert last_write(uri, {"ds": "2026-11-02"}).ref.version == 1
+    # a path inside a plain file is no table, as a missing one is (a file input asked for its log)
+    (tmp_path / "raw.parquet").write_bytes(b"PAR1")
+    assert lake.DeltaLog(str(tmp_path / "raw.parquet")).latest_version() is None

@@ -93,8 +93,7 @@ def chain(airflow_db, tmp_path_factory):
         # on only here: the suite's default is off (tests/conftest.py)
         "AIRFLOW__OPENLINEAGE__DISABLED": "false",
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "dltrain-tests",
-        # the task runner waits this long for an event's emission, then drops it (default 10 s: a
-        # loaded 2-core machine misses it)
+        # the task runner waits this long for an event's emission, then drops it (default 10 s)
         "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "600",
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(events), "append": True}
@@ -103,6 +102,11 @@ def chain(airflow_db, tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "airflow", "dags", "test", DAG_ID, DAY],
         env=env,
+        # not the checkout: ``python -m`` puts the working folder first on sys.path, and there an
+        # ``airflow_provider_dltrain.egg-info`` left by an editable install (the support matrix's) is a
+        # second copy of the provider's entry points, with which the task runner registered no
+        # OpenLineage listener: the tasks emitted no event
+        cwd=tmp,
         capture_output=True,
         text=True,
         timeout=1200,
