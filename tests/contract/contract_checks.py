@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import seed as with_seed
+from hypothesis.stateful import run_state_machine_as_test
 
 from airflow_provider_dltrain.exceptions import DltrainError
 from airflow_provider_dltrain.lake.history import cutoff_commit, partition_commit
@@ -29,6 +34,40 @@ THOROUGH = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0") or 0) > 0
 # removes a few hundred small files, folders and sqlite syncs, which cost more than the checks on a busy
 # disk (to delta-rs, DVC and git it is the same local filesystem)
 SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def contract_settings(max_examples: int, steps: int | None = None) -> settings:
+    """What every generated contract test runs with: no deadline, no example database, the
+    ``@reproduce_failure`` blob printed; ``DLTRAIN_CONTRACT_SHRINK=0`` reports the first failing
+    history as found, unshrunk (quicker). ``steps``: a state machine's step count."""
+    quick = os.environ.get("DLTRAIN_CONTRACT_SHRINK") == "0"
+    return settings(
+        max_examples=max_examples,
+        **({} if steps is None else {"stateful_step_count": steps}),
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate]
+        if quick
+        else [Phase.explicit, Phase.generate, Phase.shrink, Phase.explain],
+    )
+
+
+def run_seeds(machine: type, label: str, config: settings, seed: int, budget_s: float) -> None:
+    """Run ``machine`` under ``config`` for seed ``seed``, then the next ones until ``budget_s`` is spent
+    (once when it is 0); a failure names its seed."""
+    started = time.monotonic()
+    while True:
+        seeded = with_seed(seed)(type(machine.__name__, (machine,), {}))
+        try:
+            run_state_machine_as_test(seeded, settings=config)
+        except BaseException as err:
+            err.add_note(f"{label} contract history seed {seed} (DLTRAIN_CONTRACT_SEED={seed})")
+            raise
+        seed += 1
+        if time.monotonic() - started > budget_s:
+            return
 
 
 def category(message: str) -> str:

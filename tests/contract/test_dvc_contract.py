@@ -8,11 +8,9 @@ import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import seed as with_seed
-from hypothesis.stateful import run_state_machine_as_test
 
 pytest.importorskip("dvc.api")
+from tests.contract.contract_checks import contract_settings, run_seeds
 from tests.contract.dvc_history import STATS, DvcHistory
 
 pytestmark = [
@@ -29,24 +27,8 @@ MINUTES = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0") or 0)
 
 def test_generated_dvc_histories_read_each_dates_nightly_input_or_refuse() -> None:
     started = time.monotonic()
-    seed = SEED
-    while True:
-        machine = with_seed(seed)(type("DvcHistory", (DvcHistory,), {}))
-        config = settings(
-            max_examples=HISTORIES + HISTORIES // 10,
-            stateful_step_count=31,
-            deadline=None,
-            database=None,
-            print_blob=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        try:
-            run_state_machine_as_test(machine, settings=config)
-        except BaseException as err:
-            err.add_note(f"DVC contract history seed {seed} (DLTRAIN_CONTRACT_SEED={seed})")
-            raise
-        seed += 1
-        if time.monotonic() - started > MINUTES * 60 * 0.2:  # the soak gives the DVC histories a fifth
-            break
+    # the soak gives the DVC histories a fifth of its minutes
+    config = contract_settings(HISTORIES + HISTORIES // 10, steps=31)
+    run_seeds(DvcHistory, "DVC", config, SEED, MINUTES * 60 * 0.2)
     print(f"{STATS['histories']} DVC histories, {STATS['steps']} steps in {time.monotonic() - started:.1f} s")
     assert STATS["histories"] >= HISTORIES

@@ -12,10 +12,10 @@ import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as with_seed
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.contract.contract_checks import contract_settings
 from tests.contract.harness import FOUND, STATS, STEPS, LakeHistory
 
 pytestmark = [
@@ -30,26 +30,13 @@ SEED = int(os.environ.get("DLTRAIN_CONTRACT_SEED", "46"))
 SOAK_MINUTES = float(os.environ.get("DLTRAIN_CONTRACT_MINUTES", "0"))
 
 
-def _settings(histories: int) -> settings:
-    return settings(
-        max_examples=histories,
-        stateful_step_count=STEPS + 1,  # the table's creation counts as a step
-        deadline=None,
-        database=None,
-        print_blob=True,
-        suppress_health_check=list(HealthCheck),
-        # DLTRAIN_CONTRACT_SHRINK=0: report the first failing history as found, unshrunk (quicker)
-        phases=[Phase.explicit, Phase.generate]
-        if os.environ.get("DLTRAIN_CONTRACT_SHRINK") == "0"
-        else [Phase.explicit, Phase.generate, Phase.shrink, Phase.explain],
-    )
-
-
 def _run(seed: int, histories: int) -> None:
     machine = with_seed(seed)(type("LakeHistory", (LakeHistory,), {}))
     started, first = time.monotonic(), STATS["started"]
     try:
-        run_state_machine_as_test(machine, settings=_settings(histories))
+        run_state_machine_as_test(
+            machine, settings=contract_settings(histories, steps=STEPS + 1)
+        )  # + the creation
     except BaseException as err:
         if FOUND:
             err.add_note(

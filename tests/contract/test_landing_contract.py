@@ -24,11 +24,12 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import seed as with_seed
 from hypothesis import strategies as st
 
 from tests.contract import landing_model as model
+from tests.contract.contract_checks import contract_settings
 
 pytestmark = [
     pytest.mark.slow,
@@ -315,17 +316,7 @@ def _check_landing_day(spark, case: Case) -> None:
 
 def _run(spark, seed: int, examples: int) -> None:
     @with_seed(seed)
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        print_blob=True,
-        suppress_health_check=list(HealthCheck),
-        # DLTRAIN_CONTRACT_SHRINK=0: report the first failing day as found, unshrunk (quicker)
-        phases=[Phase.explicit, Phase.generate]
-        if os.environ.get("DLTRAIN_CONTRACT_SHRINK") == "0"
-        else [Phase.explicit, Phase.generate, Phase.shrink, Phase.explain],
-    )
+    @contract_settings(examples)  # DLTRAIN_CONTRACT_SHRINK=0: the first failing day, unshrunk
     @given(case=cases())
     @example(case=LONG_RECORD_DAY)
     def every_landed_file_is_read_or_quarantined_once(case: Case) -> None:

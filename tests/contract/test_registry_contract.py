@@ -8,11 +8,9 @@ import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import seed as with_seed
-from hypothesis.stateful import run_state_machine_as_test
 
 from airflow_provider_dltrain.registry.config import TrackingConfig
+from tests.contract.contract_checks import contract_settings, run_seeds
 from tests.contract.registry_history import STATS, STORE, RegistryHistory
 
 pytestmark = [
@@ -37,25 +35,9 @@ def tracking(tmp_path_factory) -> TrackingConfig:
 def test_generated_registry_histories_give_each_date_its_champion_and_skip_decision(tracking) -> None:
     STORE["tracking"] = tracking
     started = time.monotonic()
-    seed = SEED
-    while True:
-        machine = with_seed(seed)(type("RegistryHistory", (RegistryHistory,), {}))
-        config = settings(
-            max_examples=HISTORIES,
-            stateful_step_count=10,
-            deadline=None,
-            database=None,
-            print_blob=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        try:
-            run_state_machine_as_test(machine, settings=config)
-        except BaseException as err:
-            err.add_note(f"registry contract history seed {seed} (DLTRAIN_CONTRACT_SEED={seed})")
-            raise
-        seed += 1
-        if time.monotonic() - started > MINUTES * 60 * 0.2:  # the soak gives the registry histories a fifth
-            break
+    # the soak gives the registry histories a fifth of its minutes
+    config = contract_settings(HISTORIES, steps=10)
+    run_seeds(RegistryHistory, "registry", config, SEED, MINUTES * 60 * 0.2)
     print(
         f"{STATS['histories']} registry histories, {STATS['steps']} steps in {time.monotonic() - started:.1f} s"
     )
