@@ -275,6 +275,102 @@ def test_the_scheduled_run_waits_for_a_partition_that_lands_late_and_then_passes
     assert (run["state"], sensor["state"], sensor["try_number"]) == ("success", "success", 1), (run, sensor)
 
 
+_RESTATE = """
+import csv, os, sys
+from airflow_provider_dltrain.demo import paths
+path = os.path.join(paths.landing(), sys.argv[1], "labels.csv")
+with open(path, newline="") as fh:
+    rows = list(csv.reader(fh))
+rows[1][1] = str((int(rows[1][1]) + 1) % 10)
+with open(path, "w", newline="") as fh:
+    csv.writer(fh).writerows(rows)
+"""
+
+
+def _plan_in_page(page, dag_id: str, shot: Path) -> dict[str, tuple[str, str]]:
+    """Open the backfills page for ``dag_id`` over DAYS (as the DAG page's "Backfill plan" link does):
+    date -> (what the plan says it will do, its reasons), as the table shows them."""
+    from playwright.sync_api import expect
+
+    page.goto(f"/dltrain/backfills/?dag_id={dag_id}&start={DAYS[0]}&end={DAYS[-1]}")
+    expect(page.locator("#planSection")).to_be_visible()
+    shown = {}
+    for ds in DAYS:
+        row = page.locator(f'tr[data-testid="plan-{ds}"]')
+        expect(row).to_be_visible()
+        cells = row.locator("td")
+        shown[ds] = (cells.nth(1).inner_text().strip(), cells.nth(2).inner_text())
+    page.screenshot(path=str(shot), full_page=True)
+    return shown
+
+
+def test_the_plan_names_the_restated_date_and_what_depends_on_it_and_the_grid_shows_what_the_backfill_did(
+    stack, nightly, artifacts
+):
+    """The backfills page of the provider's plugin, in Chromium on the deployed stack: after the data
+    provider restates one date's labels, the plan of the ingest names exactly that date, and once it is
+    ingested again the plan of the retrain DAG names it and every later date (their cut-offs include
+    it) as *will recompute*, with the changed partition as the reason, and the earlier dates as *will
+    skip*; after the backfill the verdict grid shows, date by date, what the plan predicted. Anonymous
+    calls of the plugin's API get 401."""
+    from playwright.sync_api import expect
+
+    api = stack["api"]
+    restated = DAYS[2]
+    for path in ("plan", "verdicts"):
+        url = f"{api.base}/dltrain/backfills/api/dags/{DAG}/{path}?start={DAYS[0]}&end={DAYS[-1]}"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(url, timeout=30)
+        assert info.value.code == 401, path
+    stack["run"]("exec", "-T", "scheduler", "python", "-c", _RESTATE, restated)
+    with logged_in_page(api.base, "admin", stack["password"], DAG) as page:
+        with shot_on_failure(page, artifacts, "backfill-plan"):
+            ingest = _plan_in_page(page, "dltrain_ingest", artifacts / "backfill-plan-ingest.png")
+            assert {ds: will for ds, (will, _) in ingest.items()} == {
+                ds: "will recompute" if ds == restated else "will skip" for ds in DAYS
+            }, ingest
+            assert "labels" in ingest[restated][1], ingest[restated]
+            backfill = create_backfill(api, "dltrain_ingest", [restated], reprocess="completed")
+            wait_for_backfill(api, backfill, "dltrain_ingest", 1, timeout=900)
+
+            plan = _plan_in_page(page, DAG, artifacts / "backfill-plan.png")
+            expected = {ds: "will recompute" if ds >= restated else "will skip" for ds in DAYS}
+            assert {ds: will for ds, (will, _) in plan.items()} == expected, plan
+            planned = api.call(
+                "GET", f"/dltrain/backfills/api/dags/{DAG}/plan?start={DAYS[0]}&end={DAYS[-1]}"
+            )
+            for day in planned["dates"][2:]:  # each recomputing date says which task computes and why
+                assert day["reasons"] and all(why in plan[day["ds"]][1] for why in day["reasons"]), day
+            assert planned["totals"]["will recompute"] == 3 and planned["totals"]["trainings"] == 3, planned
+            backfill = create_backfill(api, DAG, DAYS, reprocess="completed")
+            runs = wait_for_backfill(api, backfill, DAG, N_DAYS, timeout=1800)
+            assert {r["state"] for r in runs} == {"success"}, runs
+
+        # what the backfill did, date by date, as the plugin's API reports it
+        verdicts = api.call(
+            "GET", f"/dltrain/backfills/api/dags/{DAG}/verdicts?start={DAYS[0]}&end={DAYS[-1]}"
+        )
+        grid = {d["ds"]: d["verdict"] for d in verdicts["dates"]}
+        assert set(grid) == set(DAYS), verdicts
+        # what the plan predicted is what the backfill did
+        did = {ds: "will skip" if v == "reproduced" else "will recompute" for ds, v in grid.items()}
+        assert did == expected, grid
+        assert {grid[ds] for ds in DAYS[2:]} <= {"changed", "recomputed"}, grid
+        with shot_on_failure(page, artifacts, "backfill-verdicts"):
+            # a fresh page: the one open since the plan still shows the grid it fetched then
+            page.goto(f"/dltrain/backfills/?dag_id={DAG}&start={DAYS[0]}&end={DAYS[-1]}")
+            expect(page.locator("#gridSection")).to_be_visible()
+            for ds in DAYS:  # the grid shows each date's verdict (waits for the page's own fetch)
+                expect(page.locator(f'button[data-testid="verdict-{ds}"]')).to_contain_text(grid[ds])
+            expect(page.locator("#planSection")).to_be_visible()
+            page.screenshot(path=str(artifacts / "backfill-verdicts.png"), full_page=True)
+            page.locator(f'button[data-testid="verdict-{restated}"]').click()
+            expect(page.locator("#dateSection")).to_be_visible()
+            expect(page.get_by_role("heading", name="What changed")).to_be_visible()
+            expect(page.get_by_role("heading", name=re.compile("^Lineage"))).to_be_visible()
+            page.screenshot(path=str(artifacts / "backfill-date.png"), full_page=True)
+
+
 def _container(stack: dict, service: str) -> str:
     return stack["run"]("ps", "-q", service).strip()
 
