@@ -23,7 +23,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from airflow_provider_dltrain.backfill_runs import run_outcomes
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 FIRST = "first"
 IDENTITY = {

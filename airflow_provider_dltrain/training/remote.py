@@ -25,7 +25,7 @@ from airflow_provider_dltrain.training.request import TrainingRequest, is_remote
 if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.tracked_run import TrainResult
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class RemoteLauncher:
 
         from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
         from airflow_provider_dltrain.lake.ref import DeltaRef
-        from airflow_provider_dltrain.registry.config import strip_userinfo
+        from airflow_provider_dltrain.store.config import strip_userinfo
         from airflow_provider_dltrain.training.tracked_run import start_tracked_run
         from airflow_provider_dltrain.training.tracking import end_failed
 
@@ -201,7 +201,7 @@ class RemoteLauncher:
 
 def _job_wandb(request: TrainingRequest, started: Any, tracking: TrackingConfig) -> dict[str, Any] | None:
     """The job's W&B spec (rank 0 of the job records the run), as its JSON; ``None``: MLflow only."""
-    from airflow_provider_dltrain.registry.config import strip_userinfo
+    from airflow_provider_dltrain.store.config import strip_userinfo
     from airflow_provider_dltrain.training.wandb_tracking import run_spec
 
     spec = run_spec(
@@ -283,7 +283,7 @@ def run_remote(request: TrainingRequest) -> TrainResult:
     from airflow_provider_dltrain.engines.base import job_summary
     from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
     from airflow_provider_dltrain.engines.training_engine import get_training_engine
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     name = train_fn_name(request.train_fn)
     run_key = remote_run_key(request)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.filters import DataFilter
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.lake.storage import StorageOptions
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.backends import Backend
     from airflow_provider_dltrain.training.rank_job import TrainFn
 

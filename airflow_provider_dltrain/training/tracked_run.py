@@ -19,7 +19,7 @@ from airflow_provider_dltrain.lake.filters import DNF, DataFilter, normalize_fil
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan, resolve
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.rank_job import TrainFn
 from airflow_provider_dltrain.utils.hashing import canonical_json, code_identity, params_hash
 

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.request import TrainingRequest
 from airflow_provider_dltrain.training.runner import run_training
 
