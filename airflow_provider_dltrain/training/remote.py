@@ -79,19 +79,17 @@ class RemoteLauncher:
         from dataclasses import replace
 
         from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-        from airflow_provider_dltrain.lake.ref import DeltaRef
         from airflow_provider_dltrain.store.config import strip_userinfo
         from airflow_provider_dltrain.training.tracked_run import start_tracked_run
         from airflow_provider_dltrain.training.tracking import end_failed
 
         engine = self.engine
         name = train_fn_name(request.train_fn)
-        dataset, storage = request.dataset, request.storage_options
+        storage = request.storage_options
         started = start_tracked_run(
             replace(
                 request,
                 train_fn=name,
-                dataset=DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)),
                 tracking=self.tracking,
                 storage_options=dict(storage) if storage else None,
             ),
@@ -249,17 +247,13 @@ def remote_run_key(request: TrainingRequest) -> str:
     """``request.run_key``, else a hash of the function, the data, its filter, ``hparams`` and the backend."""
     import hashlib
 
-    from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.utils.hashing import canonical_json
 
     if request.run_key is not None:
         return request.run_key
-    dataset = request.dataset
-    # canonical whatever form it came in (a DeltaRef, its dict, its JSON text with any spacing): the
-    # same table version is the same run
-    ref = canonical_json(
-        DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)).to_dict()
-    )
+    # canonical whatever form it came in (a DeltaRef, its dict, its JSON text with any spacing: the
+    # request parsed it): the same table version is the same run
+    ref = canonical_json(request.ref.to_dict())
     key_of = [
         train_fn_name(request.train_fn),
         ref,

@@ -151,12 +151,7 @@ def start_tracked_run(request: TrainingRequest, *, backend_name: str, world_size
 
     fn = load_train_fn(request.train_fn)
     params = dict(request.hparams or {})
-    dataset = request.dataset
-    plan = resolve(
-        dict(dataset) if isinstance(dataset, Mapping) else dataset,
-        request.data_filter,
-        request.storage_options,
-    )
+    plan = resolve(request.ref, request.data_filter, request.storage_options)
     all_tags = {
         **{k: str(v) for k, v in (request.tags or {}).items() if v is not None},
         "dltrain.delta_ref": plan.ref.to_json(),
