@@ -274,8 +274,7 @@ def run_remote(request: TrainingRequest) -> TrainResult:
     its MLflow run FAILED.
     """
     from airflow_provider_dltrain.engines import options_dict
-    from airflow_provider_dltrain.engines.base import job_summary
-    from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
+    from airflow_provider_dltrain.engines.lifecycle import finish, start_job, wait_or_cancel
     from airflow_provider_dltrain.engines.training_engine import get_training_engine
     from airflow_provider_dltrain.store.config import TrackingConfig
 
@@ -290,7 +289,6 @@ def run_remote(request: TrainingRequest) -> TrainResult:
     )
     identity = adhoc_identity(run_key, name)
 
-    handle: JobHandle | None = None
     try:
         handle, reattached = start_job(
             engine,
@@ -299,20 +297,21 @@ def run_remote(request: TrainingRequest) -> TrainResult:
             earlier=f"an earlier call with run key {run_key!r}",
             logger=log,
         )
-        spec = launcher.attached(handle) if reattached else launcher.spec
-        log.info("MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id)
-        if handle.console_url:
-            log.info("console: %s", handle.console_url)
-        status = wait_or_cancel(engine, handle, poll_interval=request.poll_interval, logger=log)
-        result = launcher.outcome(handle, status)
-        log.info("%s", job_summary(engine, handle, result.to_dict()))
-        return result
+
+        def terminal() -> JobStatus:
+            spec = launcher.attached(handle) if reattached else launcher.spec
+            log.info(
+                "MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id
+            )
+            if handle.console_url:
+                log.info("console: %s", handle.console_url)
+            return wait_or_cancel(engine, handle, poll_interval=request.poll_interval, logger=log)
+
+        # an EC2 cluster is torn down whatever happens from here on
+        return finish(engine, handle, lambda status: launcher.outcome(handle, status), status_of=terminal)
     except BaseException as err:
         launcher.end_failed(err)
         raise
-    finally:
-        if handle is not None:  # an EC2 cluster, whatever happened
-            engine.teardown(handle)
 
 
 __all__ = [
