@@ -23,7 +23,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from airflow_provider_dltrain.backfill_runs import run_outcomes
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 FIRST = "first"
 IDENTITY = {
@@ -57,7 +57,8 @@ class DateReport:
     """What the newest run for ``ds`` did.
 
     ``verdict``: ``computed`` (everything it wrote was the first of its kind: a first run), ``reproduced``, ``recomputed``,
-    ``changed``, ``failed``, ``in progress`` (queued or running) or ``no run``. ``notes`` say what to do
+    ``changed``, ``unknown`` (it committed a version whose commit record is gone, so what it changed
+    cannot be told; ``notes`` say which), ``failed``, ``in progress`` (queued or running) or ``no run``. ``notes`` say what to do
     when the run is stuck or was stopped by a cancelled backfill (see :func:`stall_notes`).
     """
 
@@ -225,6 +226,8 @@ def explain(
             for change in report.changes
         )
         report.verdict = "computed" if first else "changed"
+    elif any(note.endswith(_GONE) for note in report.notes):
+        report.verdict = "unknown"  # it committed, but what it changed cannot be read: never "reproduced"
     elif report.jobs:
         report.verdict = "recomputed"
     return report
@@ -240,12 +243,24 @@ def _commits_and_pins(
             if (ref["uri"], ref["version"]) in seen:  # a later task passing the same version on
                 continue
             seen.add((ref["uri"], ref["version"]))
-            change = _commit_change(look, report.dag_id, run_id, task_id, ref, tries)
+            if ref.get("committed") is False:  # a skip hands back an earlier write: nothing to compare
+                change = None
+            elif ref.get("committed") is True and look.commit(ref["uri"], int(ref["version"])) is None:
+                report.notes.append(f"{task_id} committed {ref['uri']} version {ref['version']}{_GONE}")
+                change = None
+            else:
+                change = _commit_change(look, report.dag_id, run_id, task_id, ref, tries)
             if change:
                 report.changes.append(change)
             note = look.reresolved(ref)
             if note:
                 report.notes.append(f"{task_id}: {note}")
+
+
+_GONE = (
+    ", but that commit's record is gone (log retention removed its commit file and the table's history "
+    "index holds no record of it): what it changed cannot be told"
+)
 
 
 def _delta_refs(value: Any) -> Iterator[dict[str, Any]]:
@@ -485,6 +500,7 @@ def format_line(report: DateReport) -> list[str]:
         "computed": "computed: first write of every output",
         "failed": "FAILED: the run did not succeed",
         "in progress": "in progress: the run is queued or running",
+        "unknown": "UNKNOWN: it committed, but what it changed cannot be read (see the note)",
     }.get(report.verdict, report.verdict)
     lines = [f"{report.ds}  {words} ({runs}: {report.run_id})"]
     lines += [f"    {c}" for c in report.changes]

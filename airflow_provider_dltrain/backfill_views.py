@@ -127,7 +127,7 @@ def verdicts_view(dag_id: str, start: date, end: date, tracking: Any = None) -> 
 def date_view(dag_id: str, ds: str, tracking: Any = None) -> dict[str, Any]:
     """One date in full: its verdict and changes, its plan, the lineage of what it scored, links."""
     from airflow_provider_dltrain.backfill_report import backfill_report
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     day, _ = date_range(ds, ds)
     tracking = tracking or TrackingConfig()
@@ -181,7 +181,7 @@ def _lineage(ref: Mapping[str, Any], tracking: Any) -> dict[str, Any] | None:
 
 def _links(chain: Mapping[str, Any] | None, tracking: Any) -> list[dict[str, str]]:
     """The MLflow run page (an MLflow server only) and the S3 console of each table the chain names."""
-    from airflow_provider_dltrain.registry.config import mlflow_run_url
+    from airflow_provider_dltrain.store.config import mlflow_run_url
 
     if not chain or "error" in chain:
         return []

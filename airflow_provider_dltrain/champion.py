@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig, redact_uri, tracking_config_from
+from airflow_provider_dltrain.store.config import TrackingConfig, redact_uri, tracking_config_from
 
 
 class NoStoreError(InvalidSpecError):
@@ -98,8 +98,8 @@ def champion_report(
 ) -> dict[str, Any]:
     """The history (oldest promotion first), the live alias holder and the champion for ``as_of``."""
     from airflow_provider_dltrain.registry import champion_as_of, champion_history, history_tags
-    from airflow_provider_dltrain.registry.client import alias_holder, check_name
-    from airflow_provider_dltrain.registry.models import ModelNotFoundError
+    from airflow_provider_dltrain.store.client import alias_holder, check_name
+    from airflow_provider_dltrain.store.models import ModelNotFoundError
 
     check_name(model_name, "model_name")
     client = tracking.client()

@@ -125,7 +125,7 @@ def lineage(
     Each table is read with its own options: ``options_for`` (a callable ``uri -> options`` or a
     mapping by table URI) when given; otherwise ``storage_options`` serves every table.
     """
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     options = _resolver(storage_options, options_for)
     log = DeltaLog(table_uri, options(table_uri))

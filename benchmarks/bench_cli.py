@@ -55,7 +55,7 @@ def _setup(root: Path) -> tuple[str, str]:
     from airflow_provider_dltrain import lake
     from airflow_provider_dltrain.lake.write import commit_metadata
     from airflow_provider_dltrain.registry import GateSpec, gate_and_promote
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     store = f"sqlite:///{root / 'mlflow.db'}"
     tracking = TrackingConfig(tracking_uri=store)

@@ -59,7 +59,7 @@ def _requests(s3: Any, year: Year, day: int) -> int:
 
 
 def _local(nights: int) -> tuple[list[dict[str, Any]], float]:
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     with tempfile.TemporaryDirectory(prefix="bench-history-") as home:
         year = generate(

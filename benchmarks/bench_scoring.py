@@ -49,7 +49,7 @@ def _register(tracking: Any, example: Any, kind: str) -> str:
     import mlflow
     import mlflow.pytorch
 
-    from airflow_provider_dltrain.registry.config import ensure_experiment
+    from airflow_provider_dltrain.store.config import ensure_experiment
 
     tracking.apply()
     experiment = ensure_experiment(mlflow.MlflowClient(), "bench-scoring", tracking.tracking_uri)
@@ -128,7 +128,7 @@ def _measure(root: Path, kind: str) -> dict[str, Any]:
     from airflow_provider_dltrain.inference import ScoringSpec, score_dataframe, score_table
     from airflow_provider_dltrain.inference.model import resolve_scoring_model
     from airflow_provider_dltrain.inference.scoring import arrow_batch_size, read_input
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     x = np.random.default_rng(0).normal(size=(ROWS, FEATURES)).astype(np.float32)
     tracking = TrackingConfig(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")

@@ -40,7 +40,7 @@ def s3_table(s3_bucket, tmp_path):
     import pyarrow as pa
 
     from airflow_provider_dltrain import lake
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     bucket, options = s3_bucket
     uri = f"s3://{bucket}/lake/predictions"
@@ -111,7 +111,7 @@ def test_read_only_commands_refuse_a_store_that_does_not_exist_and_create_nothin
 
 
 def test_champion_command_names_a_model_that_is_not_registered(bare_env, tmp_path):
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     TrackingConfig(tracking_uri=uri).client().search_registered_models()  # creates the store
@@ -121,7 +121,7 @@ def test_champion_command_names_a_model_that_is_not_registered(bare_env, tmp_pat
 
 def test_champion_command_prints_history_and_the_champion_for_a_date(bare_env, tmp_path):
     from airflow_provider_dltrain.registry import GateSpec, gate_and_promote
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking = TrackingConfig(tracking_uri=uri)

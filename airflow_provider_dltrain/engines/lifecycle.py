@@ -3,21 +3,23 @@
 Two callers, differing only in how they wait: ``training.remote.run_remote`` (``run_training`` from a
 notebook or a script) waits in its own process; ``operators.engine_run.EngineRun`` (every operator
 with ``engine=`` or a remote ``backend=``) waits or defers to the triggerer. What they share is here:
-re-attaching to the job an earlier try or call left running instead of submitting a second one,
-cancelling a job whose wait was interrupted (a failing cancel is logged, never raised over the
-interruption that caused it), and tearing down whatever the job created.
+re-attaching to the job an earlier try or call left running instead of submitting a second one
+(:func:`start_job`), cancelling a job whose wait was interrupted (a failing cancel is logged, never
+raised over the interruption that caused it), the finish of every job - outcome, summary, teardown
+(:func:`finish`) - and the stop of a killed one, in the task or in the triggerer (:func:`stop_job`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from airflow_provider_dltrain.engines.base import Engine, JobHandle, JobStatus, wait
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 def start_job(
@@ -72,10 +74,54 @@ def cancel_quietly(engine: Engine, handle: JobHandle, *, logger: Any = log) -> N
         logger.warning("could not cancel %s job %s: %s", engine.name, handle.ids, err)
 
 
-def stop_job(engine: Engine, handle: JobHandle, *, logger: Any = log) -> None:
-    """Cancel the job and tear down what it created (a killed task); teardown runs even if cancel fails."""
+def finish(
+    engine: Engine,
+    handle: JobHandle,
+    outcome: Callable[[JobStatus], R],
+    *,
+    status_of: Callable[[], JobStatus] | None = None,
+    poll_interval: float = 30.0,
+    logger: Any = log,
+) -> R:
+    """The job's result: its terminal status, ``outcome(status)`` (which raises for a failed job), one
+    summary in the log (before teardown: the summary names where the job's logs are), then the teardown
+    of what the job created - whatever happens on the way.
+
+    :param status_of: how the terminal status is known when it is not waited for here (the triggerer's
+        event; it may raise, e.g. for an event that says the wait itself failed). ``None``: wait, and
+        cancel the job if the wait is interrupted.
+    """
+    from airflow_provider_dltrain.engines.base import job_summary
+
+    try:
+        if status_of is None:
+            status = wait_or_cancel(engine, handle, poll_interval=poll_interval, logger=logger)
+        else:
+            status = status_of()
+        result = outcome(status)
+        summary = result if isinstance(result, Mapping) else result.to_dict()  # type: ignore[attr-defined]
+        logger.info("%s", job_summary(engine, handle, summary))
+        return result
+    finally:
+        engine.teardown(handle)
+
+
+def stop_job(
+    engine: Engine,
+    handle: JobHandle,
+    *,
+    logger: Any = log,
+    before_teardown: Callable[[], None] | None = None,
+) -> None:
+    """Cancel the job and tear down what it created (a killed task, in its process or the triggerer's);
+    ``before_teardown`` (ending a training's MLflow run: it reads the job's spec) and the teardown run
+    even if the cancel fails."""
     try:
         logger.info("cancelling %s job %s", engine.name, handle.ids)
         engine.cancel(handle)
     finally:
-        engine.teardown(handle)
+        try:
+            if before_teardown is not None:
+                before_teardown()
+        finally:
+            engine.teardown(handle)

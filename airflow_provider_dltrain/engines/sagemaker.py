@@ -22,17 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
     JobHandle,
     JobStatus,
     StagedRun,
 )
-from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
+from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
+from airflow_provider_dltrain.engines.sagemaker_jobs import TRAINING
 from airflow_provider_dltrain.engines.staging import Stager, job_script
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, job_tracking_env
 from airflow_provider_dltrain.engines.training_engine import TrainingEngine
@@ -40,13 +36,6 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError, require
 
 log = logging.getLogger(__name__)
 
-STATES = {
-    "InProgress": RUNNING,
-    "Stopping": RUNNING,
-    "Completed": SUCCEEDED,
-    "Failed": FAILED,
-    "Stopped": CANCELLED,
-}
 DISTRIBUTIONS = ("torchrun", "mpi")
 CODE_DIR = "/opt/ml/input/data/code"
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
@@ -261,50 +250,20 @@ class SageMakerEngine(TrainingEngine):
 
     # -- engine protocol ---------------------------------------------------------------------------
     def submit(self, staged: StagedRun) -> JobHandle:
-        request = self.request(staged)
-        name = request["TrainingJobName"]
-        try:
-            self.sagemaker.create_training_job(**request)
-        except self.sagemaker.exceptions.ResourceInUse:
-            # this try already created it (a retried call): attach to it rather than fail
-            log.info("training job %s exists already: attaching to it", name)
-        return self._handle(name, staged.result_uri)
-
-    def _handle(self, name: str, result_uri: str) -> JobHandle:
-        url = None
-        if self.region:
-            url = f"https://{self.region}.console.aws.amazon.com/sagemaker/home?region={self.region}#/jobs/{name}"
-        return JobHandle(self.name, {"job_name": name}, result_uri, url)
+        name = TRAINING.create(self.sagemaker, self.request(staged))
+        return TRAINING.handle(self.name, self.region, name, staged.result_uri)
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
-        prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
-        pages = self.sagemaker.get_paginator("list_training_jobs").paginate(
-            NameContains=prefix, StatusEquals="InProgress"
+        found = TRAINING.find(
+            self.sagemaker, identity, lambda job: (job.get("HyperParameters") or {}).get("spec", "")
         )
-        names = sorted(
-            (j["CreationTime"], j["TrainingJobName"])
-            for page in pages
-            for j in page.get("TrainingJobSummaries", [])
-            if j["TrainingJobName"].startswith(prefix)
-        )
-        if not names:
-            return None
-        name = names[-1][1]
-        described = self.sagemaker.describe_training_job(TrainingJobName=name)
-        spec_uri = (described.get("HyperParameters") or {}).get("spec", "")
-        return self._handle(name, spec_uri.rsplit("/", 1)[0] + "/result.json")
+        return None if found is None else TRAINING.handle(self.name, self.region, *found)
 
     def poll(self, handle: JobHandle) -> JobStatus:
-        job = self.sagemaker.describe_training_job(TrainingJobName=handle.ids["job_name"])
-        raw = job["TrainingJobStatus"]
-        secondary = job.get("SecondaryStatus", "")
-        return JobStatus(STATES.get(raw, PENDING), raw, job.get("FailureReason", "") or secondary)
+        return TRAINING.poll(self.sagemaker, handle.ids["job_name"])
 
     def cancel(self, handle: JobHandle) -> None:
-        name = handle.ids["job_name"]
-        status = self.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-        if status == "InProgress":
-            self.sagemaker.stop_training_job(TrainingJobName=name)
+        TRAINING.cancel(self.sagemaker, handle.ids["job_name"])
 
     def teardown(self, handle: JobHandle) -> None:
         """Nothing to remove: a training job releases its instances when it ends."""
@@ -316,28 +275,8 @@ RESOURCE_KIND, STOP_VERB = "sagemaker_training_job", "stop"
 
 def live_resources(clients: Clients) -> Iterator[Resource]:
     """Every InProgress training job tagged with a task identity (``CreateTrainingJob``'s ``Tags``)."""
-    return live_jobs(clients, "Training", RESOURCE_KIND)
-
-
-def live_jobs(clients: Clients, kind: str, resource_kind: str) -> Iterator[Resource]:
-    """Every InProgress SageMaker ``kind`` job (``"Training"``, ``"Processing"``) tagged with a task identity."""
-    client = clients("sagemaker")
-    pages = client.get_paginator(f"list_{kind.lower()}_jobs").paginate(StatusEquals="InProgress")
-    for summary in (j for page in pages for j in page.get(f"{kind}JobSummaries", [])):
-        tags = client.list_tags(ResourceArn=summary[f"{kind}JobArn"]).get("Tags", [])
-        identity = identity_of(tags)
-        if identity is None:
-            continue
-        name = summary[f"{kind}JobName"]
-        yield Resource(
-            resource_kind,
-            name,
-            identity,
-            summary[f"{kind}JobStatus"],
-            summary.get("CreationTime"),
-            {"job_name": name},
-        )
+    return TRAINING.live_jobs(clients, RESOURCE_KIND)
 
 
 def stop_resource(clients: Clients, res: Resource) -> None:
-    clients("sagemaker").stop_training_job(TrainingJobName=res.ids["job_name"])
+    TRAINING.stop(clients("sagemaker"), res.ids["job_name"])

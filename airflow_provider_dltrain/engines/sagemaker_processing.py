@@ -21,29 +21,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
     JobHandle,
     JobStatus,
     StagedRun,
 )
 from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
+from airflow_provider_dltrain.engines.sagemaker_jobs import PROCESSING
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 log = logging.getLogger(__name__)
 
-STATES = {
-    "InProgress": RUNNING,
-    "Stopping": RUNNING,
-    "Completed": SUCCEEDED,
-    "Failed": FAILED,
-    "Stopped": CANCELLED,
-}
 # where PySparkProcessor puts the submitted app, and the command it runs it with
 CODE_DIR = "/opt/ml/processing/input/code"
 SPARK_SUBMIT = "smspark-submit"
@@ -165,54 +154,18 @@ class SageMakerProcessingEngine(StagedResults):
         return request
 
     def submit(self, staged: StagedRun) -> JobHandle:
-        request = self.request(staged)
-        name = request["ProcessingJobName"]
-        try:
-            self.sagemaker.create_processing_job(**request)
-        except self.sagemaker.exceptions.ResourceInUse:
-            # this try already created it (a retried call): attach to it rather than fail
-            log.info("processing job %s exists already: attaching to it", name)
-        return self._handle(name, staged.result_uri)
-
-    def _handle(self, name: str, result_uri: str) -> JobHandle:
-        url = None
-        if self.region:
-            url = (
-                f"https://{self.region}.console.aws.amazon.com/sagemaker/home?region={self.region}"
-                f"#/processing-jobs/{name}"
-            )
-        return JobHandle(self.name, {"job_name": name}, result_uri, url)
+        name = PROCESSING.create(self.sagemaker, self.request(staged))
+        return PROCESSING.handle(self.name, self.region, name, staged.result_uri)
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
-        prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
-        pages = self.sagemaker.get_paginator("list_processing_jobs").paginate(
-            NameContains=prefix, StatusEquals="InProgress"
-        )
-        names = sorted(
-            (j["CreationTime"], j["ProcessingJobName"])
-            for page in pages
-            for j in page.get("ProcessingJobSummaries", [])
-            if j["ProcessingJobName"].startswith(prefix)
-        )
-        if not names:
-            return None
-        name = names[-1][1]
-        described = self.sagemaker.describe_processing_job(ProcessingJobName=name)
-        args = list((described.get("AppSpecification") or {}).get("ContainerArguments") or [])
-        spec_uri = args[args.index("--spec") + 1] if "--spec" in args else ""
-        return self._handle(name, spec_uri.rsplit("/", 1)[0] + "/result.json")
+        found = PROCESSING.find(self.sagemaker, identity, _spec_uri)
+        return None if found is None else PROCESSING.handle(self.name, self.region, *found)
 
     def poll(self, handle: JobHandle) -> JobStatus:
-        job = self.sagemaker.describe_processing_job(ProcessingJobName=handle.ids["job_name"])
-        raw = job["ProcessingJobStatus"]
-        message = job.get("FailureReason") or job.get("ExitMessage") or ""
-        return JobStatus(STATES.get(raw, PENDING), raw, message)
+        return PROCESSING.poll(self.sagemaker, handle.ids["job_name"])
 
     def cancel(self, handle: JobHandle) -> None:
-        name = handle.ids["job_name"]
-        status = self.sagemaker.describe_processing_job(ProcessingJobName=name)["ProcessingJobStatus"]
-        if status == "InProgress":
-            self.sagemaker.stop_processing_job(ProcessingJobName=name)
+        PROCESSING.cancel(self.sagemaker, handle.ids["job_name"])
 
     def teardown(self, handle: JobHandle) -> None:
         """Nothing to remove: a processing job releases its instances when it ends."""
@@ -227,12 +180,16 @@ class SageMakerProcessingEngine(StagedResults):
 RESOURCE_KIND, STOP_VERB = "sagemaker_processing_job", "stop"
 
 
+def _spec_uri(job: Mapping[str, Any]) -> str:
+    """The staged spec a described processing job runs (its ``--spec`` argument)."""
+    args = list((job.get("AppSpecification") or {}).get("ContainerArguments") or [])
+    return str(args[args.index("--spec") + 1]) if "--spec" in args else ""
+
+
 def live_resources(clients: Clients) -> Iterator[Resource]:
     """Every InProgress processing job tagged with a task identity (``CreateProcessingJob``'s ``Tags``)."""
-    from airflow_provider_dltrain.engines.sagemaker import live_jobs
-
-    return live_jobs(clients, "Processing", RESOURCE_KIND)
+    return PROCESSING.live_jobs(clients, RESOURCE_KIND)
 
 
 def stop_resource(clients: Clients, res: Resource) -> None:
-    clients("sagemaker").stop_processing_job(ProcessingJobName=res.ids["job_name"])
+    PROCESSING.stop(clients("sagemaker"), res.ids["job_name"])

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 log = logging.getLogger("airflow_provider_dltrain.experiments")
 
@@ -37,7 +37,7 @@ def ensure_parent_run(
     config: TrackingConfig, experiment_name: str, key: str, *, run_name: str, tags: Mapping[str, str]
 ) -> tuple[str, bool]:
     """``(run_id, created)`` of the search's parent run, created only when none has this key."""
-    from airflow_provider_dltrain.registry.config import ensure_experiment
+    from airflow_provider_dltrain.store.config import ensure_experiment
 
     client = config.client()
     experiment_id = ensure_experiment(client, experiment_name, config.tracking_uri)

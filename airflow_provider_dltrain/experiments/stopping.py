@@ -31,7 +31,7 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.experiments.optuna_study import OptunaPruneRule
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
 log = logging.getLogger("airflow_provider_dltrain.experiments")
 

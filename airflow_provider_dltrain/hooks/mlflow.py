@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_dltrain.registry.config import (  # noqa: F401 (re-exported: the hook's API)
+from airflow_provider_dltrain.store.config import (  # noqa: F401 (re-exported: the hook's API)
     TrackingConfig,
     redact_uri,
     tracking_config_from,

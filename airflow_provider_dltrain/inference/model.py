@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 _HINT = (
     "pass 'models:/<name>/<version>', 'models:/<name>@<alias>', 'runs:/<run_id>/<path>', "
@@ -48,7 +48,7 @@ def require_loadable(model: ScoringModel, tracking: TrackingConfig, *, allow_pic
     format (or logged with ``code_paths``) is refused with :class:`UnsafeModelError`, naming the
     version and how to re-log it; with ``allow_pickle=True`` it is allowed and a warning is logged.
     """
-    from airflow_provider_dltrain.registry.loading import check_loadable, model_label
+    from airflow_provider_dltrain.store.loading import check_loadable, model_label
 
     label = model_label(model.name, model.version, model.model_uri)
     check_loadable(tracking, model.model_uri, label, allow_pickle=allow_pickle)
@@ -66,7 +66,7 @@ def resolve_scoring_model(
     :raises InvalidSpecError: the spec is malformed (the message starts with ``field``).
     :raises ModelNotFoundError: the version, alias or champion does not exist.
     """
-    from airflow_provider_dltrain.registry.resolve import resolve_model
+    from airflow_provider_dltrain.store.resolve import resolve_model
 
     checked = check_model_spec(spec, field=field)
     try:

@@ -37,7 +37,7 @@ from airflow_provider_dltrain.inference.worker import (
 )
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.etl.writer import WriteResult
@@ -76,10 +76,10 @@ def model_archive(
 ) -> Any:
     """The model's checked pt2 archive broadcast to the workers, or None if only MLflow can load it.
 
-    Downloaded and checked once here (:func:`registry.loading.fetch_pt2`), so no worker imports
+    Downloaded and checked once here (:func:`store.loading.fetch_pt2`), so no worker imports
     MLflow or downloads the model. ``destroy()`` it once the jobs that score are done.
     """
-    from airflow_provider_dltrain.registry.loading import fetch_pt2, model_label
+    from airflow_provider_dltrain.store.loading import fetch_pt2, model_label
 
     label = model_label(model.name, model.version, model.model_uri)
     with tracking.activated():
@@ -352,7 +352,7 @@ def _non_finite_refusal(
     """The error naming the model version, how many rows it gave no finite output for, and one of them."""
     import json
 
-    from airflow_provider_dltrain.registry.loading import model_label
+    from airflow_provider_dltrain.store.loading import model_label
 
     count = err.reasons[NON_FINITE_REASON]
     sample = ""

@@ -43,7 +43,7 @@ class WorkerConfig:
     # Load a model saved in pickle format (or shipping code_paths) anyway; the driver checked and warned.
     allow_pickle: bool = False
     # The model's pt2 archive as a Spark broadcast of bytes the driver downloaded and checked
-    # (registry.loading.fetch_pt2): workers then load it with torch alone, without MLflow.
+    # (store.loading.fetch_pt2): workers then load it with torch alone, without MLflow.
     archive: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -104,8 +104,8 @@ def _load_archive(cfg: WorkerConfig) -> Any:
 
 def _load_from_mlflow(cfg: WorkerConfig) -> Any:
     """Download and load through MLflow (a model only MLflow can load, or no driver-side archive)."""
-    from airflow_provider_dltrain.registry.config import TrackingConfig
-    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
+    from airflow_provider_dltrain.store.config import TrackingConfig
+    from airflow_provider_dltrain.store.loading import load_torch_model, model_label
 
     label = model_label(None, None, cfg.model_uri)
     tracking = TrackingConfig(tracking_uri=cfg.tracking_uri, registry_uri=cfg.registry_uri, env=dict(cfg.env))

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_provider_dltrain.engines.run_spec import RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 log = logging.getLogger(__name__)
 

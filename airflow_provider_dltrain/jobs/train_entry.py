@@ -18,7 +18,7 @@ from typing import Any
 from airflow_provider_dltrain.engines.objects import write_object as write_uri
 from airflow_provider_dltrain.engines.train_spec import CHECKPOINT_DIR_ENV, SECRET_ENV, TrainJobSpec
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
 
 log = logging.getLogger("airflow_provider_dltrain.jobs.train_entry")

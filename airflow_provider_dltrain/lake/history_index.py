@@ -437,9 +437,29 @@ def _segment_reader(log: DeltaLog, stats: Stats) -> Callable[[Segment], list[tup
     def read(segment: Segment) -> list[tuple[Key, list[Write]]] | None:
         text = _read(log, f"{SEGMENTS_DIR}/{segment.file}") if segment.file else None
         stats.reads += 1
-        return list(_parse_writes(json.loads(text)["partitions"]).items()) if text else None
+        if not text:
+            return None
+        # each load reads the file (what it holds now decides); parsing the same text again is skipped:
+        # a backfill plan loads the index for every date. Writes are immutable; the lists are copied.
+        parsed = _parsed_segment(text)
+        return [(key, list(writes)) for key, writes in parsed]
 
     return read
+
+
+_PARSED: dict[bytes, list[tuple[Key, list[Write]]]] = {}
+_PARSED_MAX = 256  # segments of about 1,000 partitions each: a few years of several tables
+
+
+def _parsed_segment(text: str) -> list[tuple[Key, list[Write]]]:
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    found = _PARSED.get(digest)
+    if found is None:
+        found = list(_parse_writes(json.loads(text)["partitions"]).items())
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.pop(next(iter(_PARSED)))  # the oldest parse goes first
+        _PARSED[digest] = found
+    return found
 
 
 def _rebuilt_writes(log: DeltaLog, upto: int) -> dict[Key, list[Write]]:

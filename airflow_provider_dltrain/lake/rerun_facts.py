@@ -157,8 +157,9 @@ def _fingerprint(parts: list[list[Any]], schema: str | None) -> dict[str, Any]:
 def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | None) -> dict[str, Any] | None:
     """The fingerprint from the history index, or None when a selected partition's rows have no
     recorded digest, a filter names a non-partition column, or partition columns are not strings."""
+    from airflow_provider_dltrain.exceptions import InvalidSpecError
     from airflow_provider_dltrain.lake import history_index
-    from airflow_provider_dltrain.lake.filters import partition_may_select
+    from airflow_provider_dltrain.lake.filters import dnf_selector, normalize_filter
 
     index = history_index.load(ref.uri, storage_options, newest=ref.version)
     types = index.partition_types if index is not None else None
@@ -167,12 +168,17 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
     conjunctions = [filters] if filters and isinstance(filters[0], tuple) else list(filters or [])
     if any(column not in types for conj in conjunctions for column, _, _ in conj):
         return None
+    try:
+        dnf = normalize_filter(conjunctions)  # once, not once per partition
+    except InvalidSpecError:
+        dnf = ()  # not a filter the index decides: every partition may be selected
+    selects = dnf_selector(dnf, types)
     parts = []
     for key in list(index.writes):
         values = dict(key)
         if set(values) != set(types) or any(v is None for v in values.values()):
             return None
-        if not partition_may_select(values, conjunctions, types):
+        if not selects(values):
             continue
         write = index.last_write(key, ref.version)
         if write is None or (write.digest is None and write.content_known):

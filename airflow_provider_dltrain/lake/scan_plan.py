@@ -273,7 +273,7 @@ def index_fingerprint(
     same ``(partition path, digest)`` lines.
     """
     from airflow_provider_dltrain.lake import history_index
-    from airflow_provider_dltrain.lake.filters import partition_may_select
+    from airflow_provider_dltrain.lake.filters import dnf_selector
 
     ref = DeltaRef.coerce(ref)
     if ref.version is None:
@@ -286,12 +286,13 @@ def index_fingerprint(
     columns = tuple(types)
     if any(c not in columns for conj in dnf for c, _, _ in conj):
         return None  # a row filter: the fingerprint also hashes the filter, and resolve prunes by statistics
+    selects = dnf_selector(dnf, types)
     lines = []
     for key in list(index.writes):
         values = dict(key)
         if set(values) != set(columns) or any(v is None for v in values.values()):
             return None
-        if dnf and not partition_may_select(values, dnf, types):
+        if dnf and not selects(values):
             continue
         write = index.last_write(key, ref.version)
         if write is None:

@@ -158,25 +158,28 @@ class EngineRun:
 
     def _finish(self, engine: Engine, handle: JobHandle, event: dict[str, Any] | None) -> dict[str, Any]:
         from airflow_provider_dltrain.engines import JobStatus
-        from airflow_provider_dltrain.engines.base import job_summary
-        from airflow_provider_dltrain.engines.lifecycle import wait_or_cancel
+        from airflow_provider_dltrain.engines.lifecycle import finish
 
-        try:
-            if event is None:
-                # execution_timeout or a kill interrupting the wait cancels the job: it must not outlive
-                # the try (on_kill runs after this block has already forgotten the job)
-                status = wait_or_cancel(engine, handle, poll_interval=self.poll_interval, logger=self.log)
-            elif event.get("state") == "ERROR":
+        def from_event() -> JobStatus:
+            assert event is not None
+            if event.get("state") == "ERROR":
                 raise RuntimeError(
                     f"waiting for {engine.name} job {handle.ids} failed: {event.get('message')}"
                 )
-            else:
-                status = JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
-            result = self.engine_outcome(engine, handle, status)
-            self.log.info("%s", job_summary(engine, handle, result))  # before teardown: the logs' place
-            return result
+            return JobStatus(event["state"], event.get("raw", ""), event.get("message", ""))
+
+        try:
+            # without an event it waits here: execution_timeout or a kill interrupting the wait cancels
+            # the job, which must not outlive the try (on_kill runs after this has forgotten the job)
+            return finish(
+                engine,
+                handle,
+                lambda status: self.engine_outcome(engine, handle, status),
+                status_of=None if event is None else from_event,
+                poll_interval=self.poll_interval,
+                logger=self.log,
+            )
         finally:
-            engine.teardown(handle)
             self._job = None
 
     def resume_from_trigger(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

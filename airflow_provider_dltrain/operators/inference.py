@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
     from airflow_provider_dltrain.jobs.rerun_check import RerunCheck
     from airflow_provider_dltrain.lake.ref import DeltaRef
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
 ENGINES = ENGINE_NAMES
 
@@ -149,7 +149,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         check_dates(dates, rendered=rendered)
 
     def _tracking(self) -> TrackingConfig:
-        from airflow_provider_dltrain.registry.config import TrackingConfig
+        from airflow_provider_dltrain.store.config import TrackingConfig
 
         if not self.mlflow_conn_id:
             return TrackingConfig()
@@ -183,7 +183,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.lake.partition import validate_partition
         from airflow_provider_dltrain.operators.engine_run import identity_from
         from airflow_provider_dltrain.operators.task_context import commit_metadata_from
-        from airflow_provider_dltrain.registry.config import strip_userinfo
+        from airflow_provider_dltrain.store.config import strip_userinfo
 
         model = chosen.to_dict()
         if self.engine != LOCAL:

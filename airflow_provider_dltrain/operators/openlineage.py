@@ -60,7 +60,7 @@ def delta_dataset(uri: str, version: object | None = None) -> Dataset:
 
 def tracking_namespace(tracking_uri: str | None) -> str:
     """The MLflow tracking server as a namespace, never with the credentials of its URI."""
-    from airflow_provider_dltrain.registry.config import strip_userinfo
+    from airflow_provider_dltrain.store.config import strip_userinfo
 
     return f"mlflow+{strip_userinfo(tracking_uri) or 'local'}"
 
@@ -84,7 +84,7 @@ def operator_lineage(inputs: Iterable[Dataset], outputs: Iterable[Dataset]) -> O
 def dvc_dataset(dvc: Mapping[str, Any]) -> Dataset:
     """A DVC-tracked file: namespace ``dvc+<repo>``, its path, versioned by ``git:<commit> md5:<md5>``
     once pinned (:func:`~airflow_provider_dltrain.etl.dvc_inputs.resolve_dvc_input`)."""
-    from airflow_provider_dltrain.registry.config import strip_userinfo
+    from airflow_provider_dltrain.store.config import strip_userinfo
 
     pinned = f"git:{dvc['commit']} md5:{dvc['md5']}" if dvc.get("commit") and dvc.get("md5") else None
     return _versioned(f"dvc+{strip_userinfo(str(dvc['repo']))}", str(dvc["path"]), pinned)

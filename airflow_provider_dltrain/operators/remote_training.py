@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.remote import RemoteLauncher
     from airflow_provider_dltrain.training.request import TrainingRequest
 
@@ -69,7 +69,7 @@ class RemoteTraining(EngineRun):
             raise
 
     def job_started(self, context: Context, engine: Engine, handle: JobHandle) -> None:
-        from airflow_provider_dltrain.registry.config import mlflow_run_url
+        from airflow_provider_dltrain.store.config import mlflow_run_url
 
         launcher = self._launcher or self._remote_launcher(engine)
         spec = launcher.spec or launcher.attached(handle)

@@ -12,7 +12,7 @@ from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.remote_training import MLFLOW_RUN_URL_KEY, RemoteTraining
 from airflow_provider_dltrain.operators.task_context import run_info
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
-from airflow_provider_dltrain.registry.config import mlflow_run_url
+from airflow_provider_dltrain.store.config import mlflow_run_url
 from airflow_provider_dltrain.training.backends import checked_backend_options
 from airflow_provider_dltrain.training.finite import check_mode
 from airflow_provider_dltrain.training.request import checked_extra_tracking
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
     from airflow_provider_dltrain.lake.ref import DeltaRef
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.request import TrainingRequest
     from airflow_provider_dltrain.training.skip_check import TrainingCheck
 

@@ -13,7 +13,7 @@ PAGE = """<!doctype html>
  table{border-collapse:collapse;margin:.5rem 0;width:100%}
  td,th{border:1px solid #cbd5e0;padding:.25rem .5rem;text-align:left;vertical-align:top;font-size:.85rem}
  .v{font-weight:600;white-space:nowrap} .skip,.reproduced{background:#c6f6d5}
- .recompute,.changed,.computed,.recomputed{background:#feebc8} .missing,.failed,.refused{background:#fed7d7}
+ .recompute,.changed,.computed,.recomputed{background:#feebc8} .missing,.failed,.refused,.unknown{background:#fed7d7}
  .progress{background:#bee3f8} #grid{display:flex;flex-wrap:wrap;gap:4px}
  #grid button{min-width:7.5rem;border:1px solid #a0aec0;border-radius:4px;padding:.3rem;cursor:pointer}
  pre{white-space:pre-wrap;background:#f7fafc;padding:.5rem} .error{color:#c53030}

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.config import TrackingConfig
-from airflow_provider_dltrain.registry.models import (
+from airflow_provider_dltrain.store.config import TrackingConfig
+from airflow_provider_dltrain.store.models import (
     BASIS_RESCORED,
     TAG_DATA_FILTER,
     TAG_DELTA_REF,
@@ -206,7 +206,7 @@ def rescore(
 
 
 def _check_formats(tracking: TrackingConfig, *versions: ModelVersionInfo | None) -> None:
-    from airflow_provider_dltrain.registry.loading import check_loadable, model_label
+    from airflow_provider_dltrain.store.loading import check_loadable, model_label
 
     for mv in versions:
         if mv is not None:
@@ -298,10 +298,10 @@ def load_version(tracking: TrackingConfig, mv: ModelVersionInfo, *, allow_pickle
     """The torch module of a registered version, on CPU and in eval mode.
 
     :param allow_pickle: load a version saved in pickle format (or shipping code) anyway, with a
-        warning; by default it is refused before anything is loaded (see ``registry.loading``).
+        warning; by default it is refused before anything is loaded (see ``store.loading``).
     :raises UnsafeModelError: the version needs pickle (or ships code) and ``allow_pickle`` is false.
     """
-    from airflow_provider_dltrain.registry.loading import load_torch_model, model_label
+    from airflow_provider_dltrain.store.loading import load_torch_model, model_label
 
     label = model_label(mv.name, mv.version, mv.model_uri)
     with tracking.activated():

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.champion_history import champion_as_of, settle_alias
-from airflow_provider_dltrain.registry.client import (
+from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, rescore, tracking_config
+from airflow_provider_dltrain.registry.register import register_model
+from airflow_provider_dltrain.store.champion_history import champion_as_of, settle_alias
+from airflow_provider_dltrain.store.client import (
     alias_holder,
     check_alias,
     check_name,
@@ -20,9 +22,8 @@ from airflow_provider_dltrain.registry.client import (
     mlflow_client,
     set_tags,
 )
-from airflow_provider_dltrain.registry.evaluate import GateEvaluation, GateValues, rescore, tracking_config
-from airflow_provider_dltrain.registry.gate import evaluate_gate, recorded_metric
-from airflow_provider_dltrain.registry.models import (
+from airflow_provider_dltrain.store.gate import evaluate_gate, recorded_metric
+from airflow_provider_dltrain.store.models import (
     BASIS_RECORDED,
     DEFAULT_ALIAS,
     TAG_CANDIDATE_VALUE,
@@ -48,7 +49,6 @@ from airflow_provider_dltrain.registry.models import (
     history_tags,
     normalize_date,
 )
-from airflow_provider_dltrain.registry.register import register_model
 
 log = logging.getLogger(__name__)
 

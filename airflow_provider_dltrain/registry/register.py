@@ -7,14 +7,14 @@ import math
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.client import (
+from airflow_provider_dltrain.store.client import (
     check_name,
     check_quotable,
     ensure_registered_model,
     mlflow_client,
     search_versions,
 )
-from airflow_provider_dltrain.registry.models import (
+from airflow_provider_dltrain.store.models import (
     RUN_TAG_PREFIX,
     TAG_METRIC_PREFIX,
     TAG_MODEL_URI,

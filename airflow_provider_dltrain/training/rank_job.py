@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dltrain.exceptions import DltrainUserError, InvalidSpecError
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.rundir import checkpoint_uri, rank_checkpoints, write_json
 
 if TYPE_CHECKING:

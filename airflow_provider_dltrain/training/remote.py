@@ -25,7 +25,7 @@ from airflow_provider_dltrain.training.request import TrainingRequest, is_remote
 if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import Engine, JobHandle, JobStatus, RunIdentity
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.tracked_run import TrainResult
 
 log = logging.getLogger(__name__)
@@ -79,19 +79,17 @@ class RemoteLauncher:
         from dataclasses import replace
 
         from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
-        from airflow_provider_dltrain.lake.ref import DeltaRef
-        from airflow_provider_dltrain.registry.config import strip_userinfo
+        from airflow_provider_dltrain.store.config import strip_userinfo
         from airflow_provider_dltrain.training.tracked_run import start_tracked_run
         from airflow_provider_dltrain.training.tracking import end_failed
 
         engine = self.engine
         name = train_fn_name(request.train_fn)
-        dataset, storage = request.dataset, request.storage_options
+        storage = request.storage_options
         started = start_tracked_run(
             replace(
                 request,
                 train_fn=name,
-                dataset=DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)),
                 tracking=self.tracking,
                 storage_options=dict(storage) if storage else None,
             ),
@@ -201,7 +199,7 @@ class RemoteLauncher:
 
 def _job_wandb(request: TrainingRequest, started: Any, tracking: TrackingConfig) -> dict[str, Any] | None:
     """The job's W&B spec (rank 0 of the job records the run), as its JSON; ``None``: MLflow only."""
-    from airflow_provider_dltrain.registry.config import strip_userinfo
+    from airflow_provider_dltrain.store.config import strip_userinfo
     from airflow_provider_dltrain.training.wandb_tracking import run_spec
 
     spec = run_spec(
@@ -249,17 +247,13 @@ def remote_run_key(request: TrainingRequest) -> str:
     """``request.run_key``, else a hash of the function, the data, its filter, ``hparams`` and the backend."""
     import hashlib
 
-    from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.utils.hashing import canonical_json
 
     if request.run_key is not None:
         return request.run_key
-    dataset = request.dataset
-    # canonical whatever form it came in (a DeltaRef, its dict, its JSON text with any spacing): the
-    # same table version is the same run
-    ref = canonical_json(
-        DeltaRef.coerce(dataset if isinstance(dataset, (DeltaRef, str)) else dict(dataset)).to_dict()
-    )
+    # canonical whatever form it came in (a DeltaRef, its dict, its JSON text with any spacing: the
+    # request parsed it): the same table version is the same run
+    ref = canonical_json(request.ref.to_dict())
     key_of = [
         train_fn_name(request.train_fn),
         ref,
@@ -280,10 +274,9 @@ def run_remote(request: TrainingRequest) -> TrainResult:
     its MLflow run FAILED.
     """
     from airflow_provider_dltrain.engines import options_dict
-    from airflow_provider_dltrain.engines.base import job_summary
-    from airflow_provider_dltrain.engines.lifecycle import start_job, wait_or_cancel
+    from airflow_provider_dltrain.engines.lifecycle import finish, start_job, wait_or_cancel
     from airflow_provider_dltrain.engines.training_engine import get_training_engine
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     name = train_fn_name(request.train_fn)
     run_key = remote_run_key(request)
@@ -296,7 +289,6 @@ def run_remote(request: TrainingRequest) -> TrainResult:
     )
     identity = adhoc_identity(run_key, name)
 
-    handle: JobHandle | None = None
     try:
         handle, reattached = start_job(
             engine,
@@ -305,20 +297,21 @@ def run_remote(request: TrainingRequest) -> TrainResult:
             earlier=f"an earlier call with run key {run_key!r}",
             logger=log,
         )
-        spec = launcher.attached(handle) if reattached else launcher.spec
-        log.info("MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id)
-        if handle.console_url:
-            log.info("console: %s", handle.console_url)
-        status = wait_or_cancel(engine, handle, poll_interval=request.poll_interval, logger=log)
-        result = launcher.outcome(handle, status)
-        log.info("%s", job_summary(engine, handle, result.to_dict()))
-        return result
+
+        def terminal() -> JobStatus:
+            spec = launcher.attached(handle) if reattached else launcher.spec
+            log.info(
+                "MLflow run %s (the job logs metrics and the model into it)", spec and spec.mlflow_run_id
+            )
+            if handle.console_url:
+                log.info("console: %s", handle.console_url)
+            return wait_or_cancel(engine, handle, poll_interval=request.poll_interval, logger=log)
+
+        # an EC2 cluster is torn down whatever happens from here on
+        return finish(engine, handle, lambda status: launcher.outcome(handle, status), status_of=terminal)
     except BaseException as err:
         launcher.end_failed(err)
         raise
-    finally:
-        if handle is not None:  # an EC2 cluster, whatever happened
-            engine.teardown(handle)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.filters import DataFilter
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.lake.storage import StorageOptions
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.backends import Backend
     from airflow_provider_dltrain.training.rank_job import TrainFn
 
@@ -90,7 +90,17 @@ class TrainingRequest:
 
     def __post_init__(self) -> None:
         from airflow_provider_dltrain.engines import options_dict
+        from airflow_provider_dltrain.lake.ref import DeltaRef
 
+        # parsed once, here: every later step (the run key, the tracked run, the job's spec) reads the
+        # same DeltaRef, whichever form it came in (a DeltaRef, its dict from XCom, its JSON text)
+        dataset = self.dataset
+        if isinstance(dataset, Mapping) and not isinstance(dataset, dict):
+            dataset = dict(dataset)
+        try:
+            self._set(dataset=DeltaRef.coerce(dataset))
+        except InvalidSpecError as err:
+            raise InvalidSpecError(f"dataset: {err}") from None
         check_mode(self.non_finite)
         self._set(extra_tracking=checked_extra_tracking(self.extra_tracking))
         self._set(
@@ -109,6 +119,14 @@ class TrainingRequest:
 
             check_date(self.cutoff, "cutoff")
         self._set(poll_interval=float(self.poll_interval))
+
+    @property
+    def ref(self) -> DeltaRef:
+        """The dataset, parsed when the request was built."""
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+
+        assert isinstance(self.dataset, DeltaRef)
+        return self.dataset
 
     @property
     def remote(self) -> bool:

@@ -10,7 +10,7 @@ from airflow_provider_dltrain.lake.filters import DataFilter
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.backends import Backend, get_backend
 from airflow_provider_dltrain.training.rank_job import RankJob, TrainFn
 from airflow_provider_dltrain.training.request import TrainingRequest

@@ -56,7 +56,7 @@ def check_training(
     code_version: str | None = None,
 ) -> TrainingCheck:
     """Whether a run with these inputs would train the champion for its cut-off again (see the module)."""
-    from airflow_provider_dltrain.registry import champion_as_of
+    from airflow_provider_dltrain.store.champion_history import champion_as_of
     from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
 
     identity = run_identity(
@@ -94,7 +94,7 @@ def _already_judged(
 ) -> str | None:
     """A version with identical inputs for this cut-off whose gate already decided: retraining
     would rebuild the same model and register a duplicate, so skip and say which one it was."""
-    from airflow_provider_dltrain.registry.client import mlflow_client, search_versions
+    from airflow_provider_dltrain.store.client import mlflow_client, search_versions
 
     # the versions registered for cut-offs in this cut-off's month: one search, whatever the
     # registry's history, and the same search for every date of that month (a plan asks it once)

@@ -19,7 +19,7 @@ from airflow_provider_dltrain.lake.filters import DNF, DataFilter, normalize_fil
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.lake.scan_plan import ScanPlan, resolve
 from airflow_provider_dltrain.lake.storage import StorageOptions
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.rank_job import TrainFn
 from airflow_provider_dltrain.utils.hashing import canonical_json, code_identity, params_hash
 
@@ -151,12 +151,7 @@ def start_tracked_run(request: TrainingRequest, *, backend_name: str, world_size
 
     fn = load_train_fn(request.train_fn)
     params = dict(request.hparams or {})
-    dataset = request.dataset
-    plan = resolve(
-        dict(dataset) if isinstance(dataset, Mapping) else dataset,
-        request.data_filter,
-        request.storage_options,
-    )
+    plan = resolve(request.ref, request.data_filter, request.storage_options)
     all_tags = {
         **{k: str(v) for k, v in (request.tags or {}).items() if v is not None},
         "dltrain.delta_ref": plan.ref.to_json(),

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
-from airflow_provider_dltrain.registry.config import TrackingConfig, ensure_experiment
+from airflow_provider_dltrain.store.config import TrackingConfig, ensure_experiment
 
 if TYPE_CHECKING:
     from airflow_provider_dltrain.lake.scan_plan import ScanPlan
@@ -287,7 +287,7 @@ class MlflowRankTracker(RankTracker):
     def _require_pt2(self, model_uri: str) -> None:
         """Refuse to hand on a model that was not stored as a pt2 export (it would need pickle to load)."""
         from airflow_provider_dltrain.exceptions import UnsafeModelError
-        from airflow_provider_dltrain.registry.loading import PT2, inspect_uri
+        from airflow_provider_dltrain.store.loading import PT2, inspect_uri
 
         fmt = inspect_uri(model_uri, self.config)
         if fmt.serialization != PT2 or fmt.code is not None:

@@ -134,7 +134,7 @@ def with_run_info(
     """``spec`` plus the run's identity: MLflow run/experiment/store and the Airflow task try."""
     from dataclasses import replace
 
-    from airflow_provider_dltrain.registry.config import redact_uri
+    from airflow_provider_dltrain.store.config import redact_uri
 
     info = {
         f"airflow.{name}": run_tags[f"dltrain.{name}"]

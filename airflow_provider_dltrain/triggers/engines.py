@@ -69,15 +69,11 @@ class EngineJobTrigger(BaseTrigger):
 
     def _kill(self) -> None:
         from airflow_provider_dltrain.engines import JobHandle
+        from airflow_provider_dltrain.engines.lifecycle import stop_job
 
         engine, handle = self._engine(), JobHandle.from_dict(self.handle)
-        try:
-            engine.cancel(handle)
-        finally:
-            try:
-                self._end_run(engine, handle)  # before teardown: the launcher reads the job's spec
-            finally:
-                engine.teardown(handle)
+        # the MLflow run ends before teardown: the launcher reads the job's spec
+        stop_job(engine, handle, logger=self.log, before_teardown=lambda: self._end_run(engine, handle))
 
     def _end_run(self, engine: Any, handle: Any) -> None:
         """The job is stopped: the training launcher ends its MLflow run FAILED (the job would have
@@ -102,8 +98,7 @@ class EngineJobTrigger(BaseTrigger):
 
         Not ``cleanup``: that also runs when a triggerer restarts, and the job must survive that.
         """
-        self.log.info("cancelling %s job %s", self.engine, self.handle.get("ids"))
-        await asyncio.to_thread(self._kill)
+        await asyncio.to_thread(self._kill)  # stop_job logs the cancel
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

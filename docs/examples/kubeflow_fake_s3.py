@@ -28,7 +28,7 @@ def train_and_gate(
     from mlflow import MlflowClient
 
     from airflow_provider_dltrain.registry import GateSpec, register_and_promote
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training import run_training
 
     tracking = TrackingConfig(tracking_uri=f"sqlite:///{mlflow_dir}/mlflow.db")

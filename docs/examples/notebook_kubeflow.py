@@ -3,7 +3,7 @@
 
 def on_a_cluster():
     # --8<-- [start:cluster]
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training import run_training
 
     result = run_training(
@@ -29,7 +29,7 @@ def on_a_cluster():
 
 def on_docker():
     # --8<-- [start:docker]
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training import run_training
 
     result = run_training(

@@ -3,7 +3,7 @@
 
 def on_sagemaker():
     # --8<-- [start:sagemaker]
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training import run_training
 
     result = run_training(

@@ -8,7 +8,7 @@ from inference_helpers import N_CLASSES, N_FEATURES, arrow_rows, expected, featu
 
 from airflow_provider_dltrain.inference import ScoringSpec, resolve_scoring_model, score_table
 from airflow_provider_dltrain.lake import open_table, overwrite_partition
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -29,7 +29,7 @@ def registered(tmp_path):
         torch.nn.Linear(N_FEATURES, 16), torch.nn.ReLU(), torch.nn.Linear(16, N_CLASSES)
     ).eval()
     with tracking.activated():
-        from airflow_provider_dltrain.registry.config import ensure_experiment
+        from airflow_provider_dltrain.store.config import ensure_experiment
 
         client = mlflow.MlflowClient()
         mlflow.set_experiment(

@@ -325,7 +325,7 @@ def registered(tmp_path, monkeypatch):
     import torch
     from inference_helpers import N_CLASSES, N_FEATURES, features
 
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     tracking = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     torch.manual_seed(5)

@@ -166,7 +166,7 @@ def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(kf_env):
     from airflow.sdk.exceptions import TaskDeferred
 
     from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.runner import run_training
 
     op = _operator(kf_env, "train_deferred", deferrable=True)
@@ -267,7 +267,7 @@ def test_killing_the_task_deletes_the_trainjob_and_ends_the_mlflow_run_failed(kf
 
 _NOTEBOOK = """
 import json, logging, sys
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.runner import run_training
 
 logging.basicConfig(level=logging.INFO)
@@ -362,7 +362,7 @@ def _no_secret_fails_with_the_nodes_own_error(table, image, mlflow_dir):
     """Without the secret the nodes cannot fetch the job script: the task error shows the node's
     NoCredentialsError, which torchrun's summary pushes out of the log's last lines."""
     from airflow_provider_dltrain.exceptions import TrainingFailedError
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training import run_training
 
     options = {

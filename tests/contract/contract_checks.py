@@ -1,4 +1,4 @@
-"""The checks of :mod:`.harness`: each real answer against the oracle (:mod:`.model`), rules R1-R6.
+"""The checks of :mod:`.harness`: each real answer against the oracle (:mod:`.model`), rules R1-R7.
 
 A real answer is the oracle's, or a typed refusal (a ``DltrainError``) where the oracle allows one;
 an untyped error is a violation too (no clear refusal).
@@ -181,6 +181,41 @@ class ContractChecks:
             why = "unchanged" if known else "the facts of its last write are lost: refuse, never recompute"
             raise Violation(
                 f"re-run of {COLUMN}={text} computes although {why} since {expected} (R5): {check.reason}"
+            )
+
+    def check_report(self, i: int) -> None:
+        """R7: the backfill report of the run that made date i's last write says it computed:
+        ``computed`` (no earlier write of the partition by the provider) or ``changed`` (one before);
+        when the history before that write is partly gone, either; when that write's own commit
+        record is gone, ``unknown`` - never ``reproduced``, which says nothing was written."""
+        from airflow_provider_dltrain.backfill_report import explain
+
+        text = self.text(i)
+        version = self.model.last_data_write(text)
+        if version is None or self.model.versions[version].kind != "ours":
+            return
+        run = {
+            "run_id": f"run-{i}-{version}",  # what _ours records as the writing run
+            "state": "success",
+            "xcom": {"ingest": {"uri": self.uri, "version": version, "committed": True}},
+        }
+        got = self._answer(f"backfill report of {text}", lambda: explain("contract", text, [run]))
+        if isinstance(got, DltrainError):
+            raise Violation(
+                f"backfill report of {COLUMN}={text}: refused ({got}), a report never refuses (R7)"
+            )
+        earlier = any(v.kind == "ours" and text in v.touched for v in self.model.versions[:version])
+        if not self.model.knowable(version):
+            allowed = {"unknown"}
+        elif all(self.model.knowable(v) for v in range(version)):
+            allowed = {"changed" if earlier else "computed"}
+        else:
+            allowed = {"computed", "changed"}
+        if got.verdict not in allowed:
+            raise Violation(
+                f"backfill report of the run that wrote {COLUMN}={text} as version {version} says "
+                f"{got.verdict!r}; the contract says {' or '.join(sorted(allowed))} (R7): "
+                f"{got.changes + got.notes}"
             )
 
     def check_read(self, version: int, filters: list[tuple[str, str, str]]) -> None:

@@ -356,6 +356,7 @@ class LakeHistory(ContractChecks, RuleBasedStateMachine):
             checks += [
                 partial(self.check_partition_pin, self.text(i)),
                 partial(self.check_unchanged_rerun, i),
+                partial(self.check_report, i),
             ]
         # A pinned read gives other rows only if the log, the files or the index lost something (the
         # versions themselves never change). Each read opens the table (about 10 ms): make test reads two

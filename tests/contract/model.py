@@ -29,6 +29,9 @@ The rules (each named where the harness checks it; docs/guarantees.md lists them
   before anything is written — computing would commit the date again with other input versions.
 * R6 fingerprints: two reads whose rows differ never get the same content fingerprint (training and
   scoring would skip on data they never saw).
+* R7 the backfill report of a run that wrote D says it computed: ``computed`` when no earlier provider
+  write of D exists, ``changed`` when one does (either, when the history before the write is partly
+  gone), ``unknown`` when the write's own commit record is gone - never ``reproduced``.
 """
 
 from __future__ import annotations

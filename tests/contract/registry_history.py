@@ -20,10 +20,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.registry import champion_as_of
-from airflow_provider_dltrain.registry.client import alias_holder, mlflow_client
-from airflow_provider_dltrain.registry.models import GateSpec
 from airflow_provider_dltrain.registry.promote import gate_and_promote
 from airflow_provider_dltrain.registry.register import register_model
+from airflow_provider_dltrain.store.client import alias_holder, mlflow_client
+from airflow_provider_dltrain.store.models import GateSpec
 from airflow_provider_dltrain.training.runner import run_identity
 from airflow_provider_dltrain.training.skip_check import WORDS, check_training
 from tests.contract.contract_checks import SCRATCH, Violation

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from tests.contract.contract_checks import contract_settings, run_seeds
 from tests.contract.registry_history import STATS, STORE, RegistryHistory
 

@@ -93,7 +93,7 @@ def snapshot(
     (``$DLTRAIN_LAKE_URI``, else under ``$DLTRAIN_HOME``)."""
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.registry import champion_as_of
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     tracking = TrackingConfig(tracking_uri=tracking_uri or paths.mlflow_uri())
     client = tracking.client()

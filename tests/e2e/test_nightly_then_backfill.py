@@ -57,7 +57,7 @@ class Demo:
         seed(paths.landing(), START, len(DATES), per_day=PER_DAY)
         self.env = airflow_env()
         ensure_airflow_db(self.env)
-        from airflow_provider_dltrain.registry.config import TrackingConfig
+        from airflow_provider_dltrain.store.config import TrackingConfig
 
         self.tracking = TrackingConfig(tracking_uri=paths.mlflow_uri())
         self.predictions = paths.table("digit_predictions")

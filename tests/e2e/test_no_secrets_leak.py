@@ -118,7 +118,7 @@ def test_no_xcom_value_or_trigger_kwargs_holds_a_secret(finished):
 
 def test_no_mlflow_param_or_tag_holds_a_secret(finished):
     _, paths, _ = finished
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()
     experiments = client.search_experiments()
@@ -135,7 +135,7 @@ def test_retrain_dag_with_horovod_trains_two_ranks_registers_and_scores(finished
     _, paths, with_horovod = finished
     if not with_horovod:
         pytest.skip("Horovod is built by `make horovod` (make test does it)")
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     client = TrackingConfig(tracking_uri=paths.mlflow_uri()).client()
     experiment = client.get_experiment_by_name("dltrain_digits")

@@ -114,7 +114,7 @@ def page(stack):
 def test_the_backfills_scored_every_image_of_every_day_once_with_the_champion_for_it(stack):
     from airflow_provider_dltrain.demo import paths
     from airflow_provider_dltrain.registry import champion_as_of
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from tests.e2e.backfill_checks import MODEL, partition_rows
 
     tracking = TrackingConfig(tracking_uri=stack["tracking_uri"])
@@ -143,7 +143,7 @@ def test_retrain_graph_shows_every_task_with_its_operator_class(page, artifacts)
 def test_task_pages_link_to_the_mlflow_run_and_the_glue_job_run(page, stack, artifacts):
     from playwright.sync_api import expect
 
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from tests.e2e.backfill_checks import MODEL
 
     run_id = stack["run"]["dag_run_id"]

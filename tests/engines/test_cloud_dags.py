@@ -167,7 +167,7 @@ def _since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]:
 def _assert_trained_on_two_terminated_instances(endpoint):
     import mlflow
 
-    from airflow_provider_dltrain.registry.config import default_tracking_uri
+    from airflow_provider_dltrain.store.config import default_tracking_uri
 
     reservations = aws_client("ec2", endpoint).describe_instances()["Reservations"]
     ours = [

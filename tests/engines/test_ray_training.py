@@ -203,7 +203,7 @@ def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(ray_env)
     from airflow.sdk.exceptions import TaskDeferred
 
     from airflow_provider_dltrain.operators.engine_run import XCOM_JOB
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.runner import run_training
 
     op = _operator(ray_env, "train_deferred", deferrable=True)
@@ -246,7 +246,7 @@ def test_a_deferred_task_trains_on_two_nodes_bit_identical_to_local_ddp(ray_env)
 
 _NOTEBOOK = """
 import json, logging, sys
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.runner import run_training
 
 logging.basicConfig(level=logging.INFO)

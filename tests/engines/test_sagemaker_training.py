@@ -462,7 +462,7 @@ def test_killing_a_deferred_task_stops_the_job_and_ends_the_mlflow_run_from_the_
 
 _NOTEBOOK = """
 import json, sys
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.runner import run_training
 
 args = json.loads(sys.argv[1])

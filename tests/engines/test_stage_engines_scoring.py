@@ -38,7 +38,7 @@ def _register_champion(root: Path):
     import torch
 
     from airflow_provider_dltrain.registry import GateSpec, gate_and_promote
-    from airflow_provider_dltrain.registry.config import TrackingConfig, ensure_experiment
+    from airflow_provider_dltrain.store.config import TrackingConfig, ensure_experiment
 
     tracking = TrackingConfig(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     torch.manual_seed(5)

@@ -179,7 +179,7 @@ def test_training_refuses_a_bad_data_cutoff_before_any_mlflow_run(value, no_work
 
 
 def test_run_training_refuses_a_bad_cutoff_before_the_mlflow_run_opens(tmp_path):
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.runner import run_training
 
     store = tmp_path / "mlflow.db"

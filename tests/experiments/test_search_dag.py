@@ -155,7 +155,7 @@ def _versions(tracking, cutoff):
 
 def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_the_best(searched):
     from airflow_provider_dltrain.demo.orchestrate import run_outcome
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     tis = searched["tis_first"]
     trials = [t for t in tis if t["task_id"] == "train"]
@@ -180,7 +180,7 @@ def test_search_runs_six_trials_two_at_most_stops_bad_ones_early_and_registers_t
 
 
 def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(searched):
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
     parents, children = _child_runs(tracking, "dltrain_digits_search")
@@ -191,7 +191,7 @@ def test_rerun_of_an_unchanged_search_trains_nothing_and_registers_nothing_new(s
 
 def test_ablation_over_four_components_reports_each_components_effect(searched):
     from airflow_provider_dltrain.demo.orchestrate import run_outcome
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     tracking = TrackingConfig(tracking_uri=searched["paths"].mlflow_uri())
     parents, children = _child_runs(tracking, "dltrain_digits_ablation")
@@ -221,7 +221,7 @@ def test_a_tpe_study_runs_eight_trials_two_at_a_time_prunes_laggards_and_registe
     pytest.importorskip("optuna", reason="the optuna extra: pip install 'airflow-provider-dltrain[optuna]'")
     from optuna.trial import TrialState
 
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     study = _study(searched["paths"])
     assert len(study.trials) == TRIALS and {t.state for t in study.trials} <= {
@@ -247,7 +247,7 @@ def test_a_tpe_study_runs_eight_trials_two_at_a_time_prunes_laggards_and_registe
 
 def test_an_unchanged_study_rerun_asks_nothing_and_trains_nothing(searched):
     pytest.importorskip("optuna")
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     assert searched["logs"][4].count("not training again") == TRIALS
     assert len(_study(searched["paths"]).trials) == TRIALS

@@ -12,7 +12,7 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.experiments import AshaRule, MedianStoppingRule, StoppingSpec, TrialStopper
 from airflow_provider_dltrain.experiments.search_runs import RESULT_TAG, ensure_parent_run, reusable_trial
 from airflow_provider_dltrain.experiments.stopping import PARENT_TAG, TRIAL_TAG, metric_histories
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 
 @pytest.fixture(scope="module")

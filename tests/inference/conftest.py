@@ -14,7 +14,7 @@ import pytest
 from inference_helpers import DAYS, N_CLASSES, N_FEATURES, ROWS_PER_DAY, arrow_rows, features
 
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 
 @dataclass
@@ -82,7 +82,7 @@ def store(tmp_path_factory) -> Store:
     tracking.apply()
     import mlflow
 
-    from airflow_provider_dltrain.registry.config import ensure_experiment
+    from airflow_provider_dltrain.store.config import ensure_experiment
 
     # the experiment's artifacts next to the DB (MLflow's default for SQLite is ./mlruns in the cwd)
     mlflow.set_experiment(

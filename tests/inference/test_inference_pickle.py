@@ -35,7 +35,7 @@ def guarded(store, tmp_path_factory) -> SimpleNamespace:
 
     marker = tmp_path_factory.mktemp("pickle-marker") / "unpickled.txt"
     store.tracking.apply()
-    from airflow_provider_dltrain.registry.config import ensure_experiment
+    from airflow_provider_dltrain.store.config import ensure_experiment
 
     client = mlflow.MlflowClient()
     mlflow.set_experiment(
@@ -143,7 +143,7 @@ def test_with_allow_pickle_it_loads_in_the_workers_and_a_warning_is_logged(
     spark, guarded, input_table, tmp_path, caplog
 ):
     out = str(tmp_path / "scores")
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.registry.loading"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.store.loading"):
         _score(spark, guarded, input_table, out, PICKLED_DAY, allow_pickle=True)
     pids = {line.split()[-1] for line in guarded.marker.read_text().splitlines()}
     assert pids and str(os.getpid()) not in pids, "loaded by Spark Python workers, never by the driver"
@@ -154,7 +154,7 @@ def test_with_allow_pickle_it_loads_in_the_workers_and_a_warning_is_logged(
 
 def test_the_pt2_version_of_the_same_model_still_scores(spark, guarded, input_table, tmp_path, caplog):
     out = str(tmp_path / "scores")
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.registry.loading"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.store.loading"):
         _score(spark, guarded, input_table, out, PT2_DAY)
     table = open_table(out).to_pyarrow_table()
     assert table.num_rows == ROWS_PER_DAY and set(table.column("model_version").to_pylist()) == {1}

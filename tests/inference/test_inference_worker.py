@@ -11,7 +11,7 @@ from airflow_provider_dltrain.exceptions import SchemaMismatchError
 from airflow_provider_dltrain.inference import ScoringModel, ScoringSpec
 from airflow_provider_dltrain.inference.scoring import worker_config
 from airflow_provider_dltrain.inference.worker import features_matrix, predict
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 
 def test_scalar_and_array_feature_columns_are_concatenated_in_spec_order():

@@ -38,7 +38,7 @@ def nan_model(store):
     import mlflow
     import mlflow.pytorch
 
-    from airflow_provider_dltrain.registry.config import ensure_experiment
+    from airflow_provider_dltrain.store.config import ensure_experiment
 
     store.tracking.apply()
     mlflow.set_experiment(

@@ -139,7 +139,7 @@ def test_the_operator_rerun_loads_no_model_and_starts_no_spark(
 ):
     from test_inference_operator import _context, _operator, _run
 
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
 
     out = str(tmp_path / "scores")
     tracking: TrackingConfig = promoted.tracking

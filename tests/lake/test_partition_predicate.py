@@ -11,9 +11,13 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_dltrain.lake.filters import (
     compare_partition_value,
+    dnf_may_select,
+    dnf_selector,
     parse_partition_value,
     partition_may_select,
     partition_types,
@@ -125,3 +129,43 @@ def test_a_cutoff_on_an_int_partition_column_counts_h_9_as_before_h_10(tmp_path)
         {"h": "10"},
         {"h": "9"},
     ]
+
+
+_TEXTS = st.sampled_from(
+    ["2", "10", "-3", "007", "2026-01-02", "2026-01-02 03:04:05", "abc", "1.5", "true", ""]
+)
+_VALUES = st.one_of(
+    _TEXTS,
+    st.integers(-20, 20),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+    st.dates(min_value=date(2025, 12, 30), max_value=date(2026, 1, 3)),
+    st.lists(_TEXTS | st.integers(-5, 12), max_size=3),
+)
+_TYPES = st.sampled_from(
+    ["string", "integer", "long", "date", "timestamp", "timestamp_ntz", "boolean", "decimal(5,1)", "binary"]
+)
+_OPS = st.sampled_from(["=", "==", "!=", "<", "<=", ">", ">=", "in", "not in"])
+
+
+@given(
+    dnf=st.lists(
+        st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), _OPS, _VALUES), min_size=1, max_size=3),
+        max_size=3,
+    ),
+    types=st.dictionaries(st.sampled_from(["a", "b"]), _TYPES),
+    partitions=st.lists(
+        st.dictionaries(st.sampled_from(["a", "b"]), st.none() | _TEXTS), min_size=1, max_size=6
+    ),
+)
+@example(  # an operand that does not convert, before any match: undecided, so "may select"
+    dnf=[[("a", "in", ["abc", 5])]], types={"a": "integer"}, partitions=[{"a": "2"}, {"a": "5"}]
+)
+@example(dnf=[[("a", "<", "2026-01-02")]], types={"a": "date"}, partitions=[{"a": "2026-01-01"}, {"a": "x"}])
+@settings(max_examples=600, deadline=None)
+def test_the_selector_a_loop_compiles_once_decides_as_each_partition_alone(dnf, types, partitions):
+    """index_fingerprint and the re-run facts compile the filter once for every partition of a table."""
+    normal = tuple(tuple(conj) for conj in dnf)
+    selects = dnf_selector(normal, types)
+    for values in partitions:  # the same selector for every partition, its parses kept between them
+        assert selects(values) == dnf_may_select(values, normal, types), (values, normal, types)

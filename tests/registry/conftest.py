@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from registry_helpers import TrainFn, make_train
 
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")

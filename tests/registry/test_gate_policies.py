@@ -11,8 +11,8 @@ from packaging.version import Version
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.registry import GateSpec, champion_history, evaluate_gate, register_and_promote
-from airflow_provider_dltrain.registry.gate import metric_threshold_failure
-from airflow_provider_dltrain.registry.models import TAG_GATE_RULE
+from airflow_provider_dltrain.store.gate import metric_threshold_failure
+from airflow_provider_dltrain.store.models import TAG_GATE_RULE
 
 ACC = "val_accuracy"
 

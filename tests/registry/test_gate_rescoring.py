@@ -21,7 +21,7 @@ from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
 from airflow_provider_dltrain.operators.registry import RegisterModelOperator
 from airflow_provider_dltrain.registry import GateEvaluation, GateSpec, register_and_promote
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lake"))
 from deletion_vectors import delete_with_deletion_vector

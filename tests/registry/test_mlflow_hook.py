@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.hooks.mlflow import MlflowHook
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 SECRET = "s3cr3t-pa55word"
 TOKEN = "tok-0123456789abcdef"

@@ -16,7 +16,7 @@ from airflow_provider_dltrain.registry import (
     register_and_promote,
     register_model,
 )
-from airflow_provider_dltrain.registry.client import get_version
+from airflow_provider_dltrain.store.client import get_version
 
 MODEL = "digits"
 
@@ -43,7 +43,7 @@ def test_load_version_with_allow_pickle_loads_it_and_logs_a_warning(tracking, tr
     import torch
 
     _, mv = pickled_version(tracking, train)
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.registry.loading"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.store.loading"):
         model = load_version(tracking, mv, allow_pickle=True)
     assert isinstance(model, torch.nn.Linear) and not model.training
     assert "allow_pickle=True" in caplog.text and f"version {mv.version}" in caplog.text

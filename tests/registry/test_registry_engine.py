@@ -14,7 +14,7 @@ from airflow_provider_dltrain.registry import (
     register_and_promote,
     register_model,
 )
-from airflow_provider_dltrain.registry.models import history_tags
+from airflow_provider_dltrain.store.models import history_tags
 
 MODEL = "digits"
 LOSS = GateSpec(metric="val_loss", mode="min")

@@ -25,7 +25,7 @@ from airflow_provider_dltrain.registry import (
     register_and_promote,
     resolve_model,
 )
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.utils.ports import free_port
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from airflow_provider_dltrain.registry import (
     register_model,
     resolve_model,
 )
-from airflow_provider_dltrain.registry.client import check_alias, check_name
-from airflow_provider_dltrain.registry.models import history_tags, normalize_date
+from airflow_provider_dltrain.store.client import check_alias, check_name
+from airflow_provider_dltrain.store.models import history_tags, normalize_date
 
 MODEL = "digits"
 LOSS = GateSpec(metric="val_loss", mode="min")
@@ -54,7 +54,7 @@ def test_version_with_champion_tags_but_never_gated_is_never_the_champion(tracki
     )
     forge_champion_tags(tracking, bare.version, "2026-11-02")
 
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.registry.champion_history"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.store.champion_history"):
         history = champion_history(tracking, MODEL)
     assert [mv.version for mv in history] == [gated.version]
     assert champion_as_of(tracking, MODEL, "2026-11-05").version == gated.version
@@ -94,7 +94,7 @@ def test_promotion_whose_gate_record_does_not_match_is_ignored(tracking, train, 
     assert second.promoted and second.compared_with == 1
     tracking.client().set_model_version_tag(MODEL, str(second.version), tag, value)
 
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.registry.champion_history"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_dltrain.store.champion_history"):
         assert [mv.version for mv in champion_history(tracking, MODEL)] == [1]
     assert champion_as_of(tracking, MODEL, "2026-11-30").version == 1
     assert problem in caplog.text

@@ -8,7 +8,7 @@ import pytest
 from training_digits import DAYS, write_digits
 
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")

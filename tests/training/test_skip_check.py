@@ -6,7 +6,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.runner import IDENTITY_TAGS, run_identity
 from airflow_provider_dltrain.training.skip_check import check_training
 

@@ -13,7 +13,7 @@ from training_digits import DAYS
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.training import MlflowRunLink, TrainModelOperator, mlflow_run_url
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 
 HERE = Path(__file__).resolve().parent
 DAG_ID = "dltrain_train_operator_test"

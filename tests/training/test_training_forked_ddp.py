@@ -78,7 +78,7 @@ def test_ranks_see_the_callers_environment_directory_and_one_thread(
 
 LAUNCHER = """
 import sys
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training import run_training
 run_training("training_fns:probe_train", sys.argv[1], {"trace_dir": sys.argv[2], "sleep": 120},
              tracking=TrackingConfig(tracking_uri=sys.argv[3]), backend="ddp", backend_options={"num_processes": 2})
@@ -120,7 +120,7 @@ SCRIPT = """
 import sys
 if __name__ != "__main__":  # what a console script such as Airflow's `airflow` cannot survive
     raise SystemExit(f"the launcher's main script ran again in a rank, as {__name__}")
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training import run_training
 result = run_training("training_fns:probe_train", sys.argv[1], {"trace_dir": sys.argv[2]},
                       tracking=TrackingConfig(tracking_uri=sys.argv[3]), backend="ddp",

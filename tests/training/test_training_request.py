@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.ref import DeltaRef
-from airflow_provider_dltrain.registry.config import TrackingConfig
+from airflow_provider_dltrain.store.config import TrackingConfig
 from airflow_provider_dltrain.training.request import TrainingRequest
 from airflow_provider_dltrain.training.runner import run_training
 
@@ -170,3 +170,15 @@ def test_a_dataset_given_as_json_text_or_as_a_dict_keys_the_same_remote_run():
     spaced = '{ "version": 3,\n  "uri": "/nowhere/digits" }'
     assert key(DATASET) == key(json.dumps(DATASET)) == key(spaced) == key(DeltaRef.coerce(DATASET))
     assert key(DATASET) != key({**DATASET, "version": 4})
+
+
+def test_the_request_parses_its_dataset_once_into_a_delta_ref():
+    """Every later step reads ``request.ref``; a dataset no form can be read as fails on construction."""
+    import json
+    from types import MappingProxyType
+
+    forms = [DATASET, json.dumps(DATASET), MappingProxyType(dict(DATASET)), DeltaRef.coerce(DATASET)]
+    refs = {TrainingRequest("training_fns:keyless_train", form).ref for form in forms}
+    assert refs == {DeltaRef("/nowhere/digits", 3)}
+    with pytest.raises(InvalidSpecError, match=r"^dataset: expected a DeltaRef"):
+        TrainingRequest("training_fns:keyless_train", "/nowhere/digits")

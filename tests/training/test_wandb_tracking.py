@@ -148,7 +148,7 @@ def test_a_remote_jobs_rank_0_records_the_wandb_run_its_spec_carries(digits_ref,
     from airflow_provider_dltrain.engines.train_spec import TrainJobSpec
     from airflow_provider_dltrain.jobs import train_entry
     from airflow_provider_dltrain.lake.scan_plan import resolve
-    from airflow_provider_dltrain.registry.config import TrackingConfig
+    from airflow_provider_dltrain.store.config import TrackingConfig
     from airflow_provider_dltrain.training.remote import _job_wandb
     from airflow_provider_dltrain.training.request import TrainingRequest
 

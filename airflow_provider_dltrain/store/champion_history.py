@@ -17,7 +17,7 @@ records, not attackers: anyone who can write model-version tags can write a comp
 record too, i.e. whoever can write registry tags can promote. Restrict who can: run the tracking
 server with authentication (``mlflow server --app-name basic-auth``) and give the pipeline's user
 EDIT/MANAGE permission on its registered models and everyone else READ at most. Scoring loads only
-pt2 models unless told otherwise (``registry.loading``), so a forged promotion cannot by itself make
+pt2 models unless told otherwise (``store.loading``), so a forged promotion cannot by itself make
 a worker unpickle a model.
 """
 
@@ -30,15 +30,15 @@ import re
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
-from airflow_provider_dltrain.registry.client import (
+from airflow_provider_dltrain.store.client import (
     alias_holder,
     check_alias,
     check_name,
     mlflow_client,
     search_versions,
 )
-from airflow_provider_dltrain.registry.gate import evaluate_gate
-from airflow_provider_dltrain.registry.models import (
+from airflow_provider_dltrain.store.gate import evaluate_gate
+from airflow_provider_dltrain.store.models import (
     BASIS_RECORDED,
     BASIS_RESCORED,
     DEFAULT_ALIAS,
