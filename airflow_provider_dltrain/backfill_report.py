@@ -57,8 +57,8 @@ class DateReport:
     """What the newest run for ``ds`` did.
 
     ``verdict``: ``computed`` (everything it wrote was the first of its kind: a first run), ``reproduced``, ``recomputed``,
-    ``changed``, ``unknown`` (it committed a version whose commit record is gone, so what it changed
-    cannot be told; ``notes`` say which), ``failed``, ``in progress`` (queued or running) or ``no run``. ``notes`` say what to do
+    ``changed``, ``unknown`` (it committed a version whose commit record is gone, or returned a trained
+    model whose MLflow run cannot be read, so what it changed cannot be told; ``notes`` say which), ``failed``, ``in progress`` (queued or running) or ``no run``. ``notes`` say what to do
     when the run is stuck or was stopped by a cancelled backfill (see :func:`stall_notes`).
     """
 
@@ -158,14 +158,22 @@ class _Lookups:
         return self._client
 
     def trained_in(self, value: Any, task_start: str | None) -> Any | None:
-        """The MLflow run a task's TrainResult names, when that try trained it (not a reused result)."""
-        client = self.client()
-        if client is None or not isinstance(value, dict) or not {"run_id", "code_hash"} <= set(value):
+        """The MLflow run a task's TrainResult names, when that try trained it (not a reused result).
+
+        :raises _Unreadable: the value is a TrainResult but its run cannot be read (no tracking store
+            given, or the store refused): whether this try trained cannot be told.
+        """
+        if not isinstance(value, dict) or not {"run_id", "code_hash"} <= set(value):
             return None
+        client = self.client()
+        if client is None:
+            raise _Unreadable(f"no MLflow store was given to read its run {value['run_id']}")
         try:
             run = client.get_run(str(value["run_id"]))
-        except Exception:  # a run since deleted: nothing to compare with
-            return None
+        except Exception as err:
+            if getattr(err, "error_code", None) == "RESOURCE_DOES_NOT_EXIST":
+                return None  # a run since deleted: nothing to compare with
+            raise _Unreadable(f"its MLflow run {value['run_id']} could not be read ({err})") from err
         if task_start and run.info.start_time < _millis(task_start):
             return None  # an earlier run handed back (a reused trial)
         return run
@@ -210,7 +218,11 @@ def explain(
     tries = newest.get("tries") or {}
     _commits_and_pins(look, report, newest.get("xcom") or {}, run_id, tries)
     for task_id, value in sorted((newest.get("xcom") or {}).items()):
-        run = look.trained_in(value, (tries.get(task_id) or {}).get("start"))
+        try:
+            run = look.trained_in(value, (tries.get(task_id) or {}).get("start"))
+        except _Unreadable as err:
+            report.notes.append(f"{task_id} returned a trained model, but {err}{_UNTOLD}")
+            continue
         if run is not None:
             report.changes.append(_training_change(look, run))
     for task_id, job in sorted((newest.get("jobs") or {}).items()):
@@ -226,7 +238,7 @@ def explain(
             for change in report.changes
         )
         report.verdict = "computed" if first else "changed"
-    elif any(note.endswith(_GONE) for note in report.notes):
+    elif any(note.endswith((_GONE, _UNTOLD)) for note in report.notes):
         report.verdict = "unknown"  # it committed, but what it changed cannot be read: never "reproduced"
     elif report.jobs:
         report.verdict = "recomputed"
@@ -257,6 +269,11 @@ def _commits_and_pins(
                 report.notes.append(f"{task_id}: {note}")
 
 
+class _Unreadable(Exception):
+    """What a run did cannot be read back (the message says what and why)."""
+
+
+_UNTOLD = ": whether that try trained cannot be told"
 _GONE = (
     ", but that commit's record is gone (log retention removed its commit file and the table's history "
     "index holds no record of it): what it changed cannot be told"

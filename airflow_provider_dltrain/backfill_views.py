@@ -113,11 +113,27 @@ def plan_view(
     return scrubbed(plan.to_dict())
 
 
+def stores(tracking: Any = None) -> tuple[Any, dict[str, str] | None]:
+    """Where the report reads MLflow and the tables in this process, as the DAGs' tasks do: the
+    ``mlflow_default`` connection (else ``MLFLOW_TRACKING_URI``, else the embedded store), and the
+    ``aws`` connection ``DLTRAIN_AWS_CONN_ID`` names (else ``aws_default`` when it is defined)."""
+    from airflow_provider_dltrain.connections import aws_storage_options, get_connection
+    from airflow_provider_dltrain.store.config import TrackingConfig, tracking_config_from
+
+    if tracking is None:
+        conn = get_connection("mlflow_default")
+        tracking = tracking_config_from(conn) if conn is not None else TrackingConfig()
+    conn_id = os.environ.get("DLTRAIN_AWS_CONN_ID") or "aws_default"
+    options = aws_storage_options(conn_id) if get_connection(conn_id) is not None else None
+    return tracking, options or None
+
+
 def verdicts_view(dag_id: str, start: date, end: date, tracking: Any = None) -> dict[str, Any]:
     """The verdict grid: per date what its newest run did (reproduced, changed, ...)."""
     from airflow_provider_dltrain.backfill_report import backfill_report
 
-    reports = backfill_report(dag_id, start, end, tracking)
+    tracking, options = stores(tracking)
+    reports = backfill_report(dag_id, start, end, tracking, storage_options=options)
     counts: dict[str, int] = {}
     for report in reports:
         counts[report.verdict] = counts.get(report.verdict, 0) + 1
@@ -127,11 +143,10 @@ def verdicts_view(dag_id: str, start: date, end: date, tracking: Any = None) -> 
 def date_view(dag_id: str, ds: str, tracking: Any = None) -> dict[str, Any]:
     """One date in full: its verdict and changes, its plan, the lineage of what it scored, links."""
     from airflow_provider_dltrain.backfill_report import backfill_report
-    from airflow_provider_dltrain.store.config import TrackingConfig
 
     day, _ = date_range(ds, ds)
-    tracking = tracking or TrackingConfig()
-    (report,) = backfill_report(dag_id, day, day, tracking)
+    tracking, options = stores(tracking)
+    (report,) = backfill_report(dag_id, day, day, tracking, storage_options=options)
     plan = plan_view(dag_id, day, day)["dates"][0]
     out: dict[str, Any] = {"report": report.to_dict(), "plan": plan, "lineage": None, "links": []}
     newest = _newest_run(dag_id, day)

@@ -170,3 +170,57 @@ def test_a_model_change_shows_the_part_of_the_model_uri_that_differs(tmp_path):
     _write(uri, "b" * 64, try_number=2, **{"dltrain.model_uri": f"{base}/4567ef01/artifacts/model"})
     (change,) = explain(DAG, DS, [_run(uri, 1, 2)]).changes
     assert "model …/0123abcd/… → …/4567ef01/…" in change
+
+
+def test_a_trained_model_whose_run_cannot_be_read_is_unknown_never_reproduced(tmp_path):
+    """A TrainResult whose MLflow run this report cannot read (no store given, or the store refuses)
+    may have trained: the report says it cannot tell, instead of "nothing committed, trained or submitted"."""
+    from airflow_provider_dltrain.store.config import TrackingConfig
+
+    trained = {"run_id": "0123456789abcdef", "code_hash": "c" * 16, "model_uri": "models:/m/1"}
+    run = {
+        "run_id": RUN,
+        "state": "success",
+        "tasks": {"train": "success"},
+        "tries": {"train": {"try_number": 2, "start": "2026-11-26T00:00:00+00:00"}},
+        "xcom": {"train": trained},
+        "jobs": {},
+    }
+    report = explain(DAG, DS, [run])
+    assert report.verdict == "unknown", report
+    assert report.notes == [
+        "train returned a trained model, but no MLflow store was given to read its run 0123456789abcdef: "
+        "whether that try trained cannot be told"
+    ]
+    # a store that does not hold the run (deleted since): nothing to compare with, as before
+    store = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert explain(DAG, DS, [run], store).verdict == "reproduced"
+
+
+def test_the_plugin_reads_mlflow_and_the_lake_through_the_connections_the_tasks_use(monkeypatch):
+    from airflow_provider_dltrain.backfill_views import stores
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_DEFAULT",
+        json.dumps({"conn_type": "mlflow", "host": "http://mlflow:5000", "login": "admin", "password": "pw"}),
+    )
+    monkeypatch.setenv("DLTRAIN_AWS_CONN_ID", "aws_lake")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_LAKE",
+        json.dumps(
+            {"conn_type": "aws", "login": "AKIA", "password": "s3cret", "extra": {"region_name": "eu-west-1"}}
+        ),
+    )
+    tracking, options = stores()
+    assert tracking.tracking_uri == "http://mlflow:5000"
+    assert tracking.env.get("MLFLOW_TRACKING_USERNAME") == "admin"
+    assert (
+        options is not None
+        and options["AWS_ACCESS_KEY_ID"] == "AKIA"
+        and options["AWS_REGION"] == "eu-west-1"
+    )
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_LAKE")
+    monkeypatch.delenv("AIRFLOW_CONN_MLFLOW_DEFAULT")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://elsewhere:5000")
+    tracking, options = stores()
+    assert options is None and tracking.tracking_uri == "http://elsewhere:5000"

@@ -304,12 +304,6 @@ def _plan_in_page(page, dag_id: str, shot: Path) -> dict[str, tuple[str, str]]:
     return shown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: after a backfill that re-ran existing runs (reprocess 'completed': same run ids, "
-    "try 2) and trained and scored 3 dates again, the plugin's verdicts in the api-server read "
-    "'reproduced' for them (the task logs show train and score computing); the plan part passes",
-)
 def test_the_plan_names_the_restated_date_and_what_depends_on_it_and_the_grid_shows_what_the_backfill_did(
     stack, nightly, artifacts
 ):
