@@ -42,7 +42,12 @@ def _docker(*args: str) -> list[str]:
 def _left() -> list[str]:
     """Containers and networks of dltrain TrainJobs still there, and their work directories."""
     containers = _docker("ps", "-a", "--filter", f"label={JOB_LABEL}", "--format", "{{.Names}}")
-    networks = [n for n in _docker("network", "ls", "--format", "{{.Name}}") if n.startswith("dltrain-")]
+    # a TrainJob's network; not a compose deployment of the stack (dltrain-stack-<id>_default) running beside
+    networks = [
+        n
+        for n in _docker("network", "ls", "--format", "{{.Name}}")
+        if n.startswith("dltrain-") and not n.startswith("dltrain-stack-")
+    ]
     workdirs = Path.home() / ".kubeflow" / "trainer" / "containers"
     dirs = [str(p) for p in workdirs.glob("dltrain-*")] if workdirs.is_dir() else []
     return containers + networks + dirs
