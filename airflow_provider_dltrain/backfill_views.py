@@ -150,7 +150,7 @@ def date_view(dag_id: str, ds: str, tracking: Any = None) -> dict[str, Any]:
     plan = plan_view(dag_id, day, day)["dates"][0]
     out: dict[str, Any] = {"report": report.to_dict(), "plan": plan, "lineage": None, "links": []}
     newest = _newest_run(dag_id, day)
-    scored = _scored_ref(newest)
+    scored = _scored_ref(newest, [t["task_id"] for t in plan["tasks"] if t["stage"] == "score"])
     if scored is not None:
         out["lineage"] = _lineage(scored, tracking)
         out["links"] = _links(out["lineage"], tracking)
@@ -167,10 +167,17 @@ def _newest_run(dag_id: str, day: date) -> dict[str, Any]:
     return runs[-1] if runs else {}
 
 
-def _scored_ref(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The predictions version the date's newest run returned (a scoring task's DeltaRef)."""
-    for value in (run.get("xcom") or {}).values():
-        if isinstance(value, dict) and "model_version" in value and "uri" in value and "version" in value:
+def _scored_ref(run: Mapping[str, Any], score_tasks: list[str]) -> dict[str, Any] | None:
+    """The predictions version the date's newest run returned: what its scoring task returned (a
+    ``SparkBatchInferenceOperator`` returns the table version it wrote or handed back)."""
+    xcom = run.get("xcom") or {}
+    for task_id in score_tasks:
+        value = xcom.get(task_id)
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("uri"), str)
+            and isinstance(value.get("version"), int)
+        ):
             return value
     return None
 
