@@ -97,8 +97,9 @@ test: install $(SPARK_CDS) chromium dockerd $(if $(strip $(SPARK35_TESTS)),spark
 	$(STOP_DOCKERD); exit $$(( cluster || s35 ))
 
 # The deployment: docker/stack/compose.yaml (+ compose.offline.yaml) on the Airflow and Postgres images, the
-# nightly for 5 dates, then a backfill of them from the UI in Chromium, two runs at a time (about
-# 15 min once the images exist; building the Airflow image takes about 5 more). Not part of `make test`.
+# nightly for 5 dates, then a backfill of them from the UI in Chromium, two runs at a time, then the
+# backfills page's plan and verdicts after a restated date (about 40 min once the images exist; building
+# the Airflow image takes about 7 more). Not part of `make test`.
 test-stack: install chromium dockerd
 	$(PYTHON) docker/images.py build airflow postgres >/dev/null
 	$(PY) -m pytest -p no:xdist -m stack tests/stack $(PYTEST_ARGS); rc=$$?; $(STOP_DOCKERD); exit $$rc

@@ -13,7 +13,7 @@ in the scheduler's container after the runs. Screenshots and the services' logs 
 ``$DLTRAIN_TEST_ARTIFACTS`` (or the test's tmp dir). At the end no container, network or volume of the
 stack is left.
 
-``make test-stack`` runs it (about 15 min with the images built; it is not part of ``make test``).
+``make test-stack`` runs it (about 40 min with the images built; it is not part of ``make test``).
 """
 
 from __future__ import annotations
