@@ -152,7 +152,7 @@ def date_view(dag_id: str, ds: str, tracking: Any = None) -> dict[str, Any]:
     newest = _newest_run(dag_id, day)
     scored = _scored_ref(newest, [t["task_id"] for t in plan["tasks"] if t["stage"] == "score"])
     if scored is not None:
-        out["lineage"] = _lineage(scored, tracking)
+        out["lineage"] = _lineage(scored, tracking, options)
         out["links"] = _links(out["lineage"], tracking)
     for task_id, job in sorted((newest.get("jobs") or {}).items()):
         if isinstance(job, dict) and job.get("console_url"):
@@ -182,12 +182,20 @@ def _scored_ref(run: Mapping[str, Any], score_tasks: list[str]) -> dict[str, Any
     return None
 
 
-def _lineage(ref: Mapping[str, Any], tracking: Any) -> dict[str, Any] | None:
-    """prediction → model → MLflow run → Delta version, as ``dltrain lineage`` gives it."""
+def _lineage(
+    ref: Mapping[str, Any], tracking: Any, options: Mapping[str, str] | None
+) -> dict[str, Any] | None:
+    """prediction → model → MLflow run → Delta version, as ``dltrain lineage`` gives it (the tables read
+    with the DAGs' ``aws`` connection, as the verdicts are)."""
     from airflow_provider_dltrain.lineage import lineage
 
     try:
-        chain = lineage(str(ref["uri"]), int(ref["version"]), tracking=tracking)
+        chain = lineage(
+            str(ref["uri"]),
+            int(ref["version"]),
+            tracking=tracking,
+            storage_options=dict(options or {}) or None,
+        )
     except Exception as err:  # the grid still shows the verdict: say why the chain is missing
         return {"error": f"{type(err).__name__}: {err}"}
     model = chain.get("model") or {}

@@ -368,6 +368,7 @@ def test_the_plan_names_the_restated_date_and_what_depends_on_it_and_the_grid_sh
             expect(page.locator("#dateSection")).to_be_visible()
             expect(page.get_by_role("heading", name="What changed")).to_be_visible()
             expect(page.get_by_role("heading", name=re.compile("^Lineage"))).to_be_visible()
+            expect(page.locator("#date pre")).to_contain_text('"training_data"')  # the chain, not an error
             page.screenshot(path=str(artifacts / "backfill-date.png"), full_page=True)
 
 
