@@ -36,13 +36,13 @@ EXAMPLE_DAGS = {
     "docs_kubeflow": {"train"},
     "docs_reap": {"ingest", "score", "reap"},
     "points_nightly": {"ingest", "train"},
+    "points_chain": {"ingest", "wait_for_partition", "train", "register", "score"},
     "docs_wandb": {"train"},
     "docs_dvc": {"ingest"},
 }
 # example files that are not DAGs: imported (functions a notebook or a job calls, a conftest)
 MODULES = ["train_function.py", "transform.py", "notebook_training.py", "local_ray_fake_aws.py",
-           "conftest_ray.py", "points/etl.py", "points/model.py", "notebook_kubeflow.py",
-           "kubeflow_fake_s3.py"]  # fmt: skip
+           "conftest_ray.py", "points/etl.py", "points/model.py", "notebook_kubeflow.py"]  # fmt: skip
 SNIPPET = re.compile(r'--8<-- "([^"]+)"')
 # names that hold DLTRAIN_ but are no setting: heredoc delimiters and a log line's mark
 NOT_SETTINGS = {"DLTRAIN_PLAN", "DLTRAIN_NODE", "DLTRAIN_WORKER_ERROR"}

@@ -14,7 +14,8 @@ rank 0's report beside the spec). Two places run the same TrainJob:
   container per node), with a local image (``IfNotPresent``) and the SDK's default runtimes (no
   download); ``container_mounts`` are bind-mounted at the same path (a lake, a staging area or an
   MLflow store on local disk) and ``secret_env_file`` read-only where the node function reads it (the
-  store's keys, as a Secret volume on a cluster: :mod:`~.kubeflow_docker`). The image must have no
+  store's keys, as a Secret volume on a cluster: :mod:`~.kubeflow_docker`), the MLflow credentials
+  with them. The image must have no
   ENTRYPOINT: Docker gets the node's command as arguments of one (Kubernetes replaces it).
 
 The TrainJob's name comes from the DAG, run, task and map index (``dltrain-<task>-<key>``), the same
@@ -50,11 +51,12 @@ from airflow_provider_dltrain.engines.kubeflow_docker import (
     NodeMounts,
     check_environment,
     check_secret_file,
+    drop_secret_file,
+    job_secret_file,
     node_error_lines,
     remove_remains,
 )
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
-from airflow_provider_dltrain.engines.train_spec import job_tracking_env
 from airflow_provider_dltrain.engines.training_engine import TrainingEngine
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
 from airflow_provider_dltrain.utils.env import CREDENTIAL_KEYS
@@ -179,7 +181,7 @@ class KubeflowEngine(TrainingEngine):
         return self.num_nodes
 
     def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
-        """MLflow credentials: the container backend's environment; a cluster takes them from a Secret."""
+        """MLflow credentials: a mounted secret file on the container backend, a Secret on a cluster."""
         self._credentials = {k: v for k, v in credentials.items() if k in CREDENTIAL_KEYS and v}
 
     # -- the SDK ----------------------------------------------------------------------------------
@@ -203,9 +205,8 @@ class KubeflowEngine(TrainingEngine):
                     runtime_source=TrainingRuntimeSource(sources=[]),
                 )
                 self._client = TrainerClient(backend_config=config)
-                if self.container_mounts or self.secret_file:
-                    backend = self._client.backend
-                    backend._adapter = NodeMounts(backend._adapter, self.container_mounts, self.secret_file)
+                backend = self._client.backend
+                backend._adapter = NodeMounts(backend._adapter, self.container_mounts, self.secret_file)
             else:
                 from kubeflow.common.types import KubernetesBackendConfig
 
@@ -227,11 +228,9 @@ class KubeflowEngine(TrainingEngine):
         from airflow_provider_dltrain.engines.kubeflow_node import dltrain_train_job
 
         args = {"script_uri": staged.script_uri, "spec_uri": staged.spec_uri, "code_uri": staged.code_uri}
-        if self.secret_file:  # a path: the values stay in the mounted file
-            args["secret_env_file"] = SECRET_PATH
+        if self.secret_file or (self.runtime_backend == "container" and self._credentials):
+            args["secret_env_file"] = SECRET_PATH  # a path: the values stay in the mounted file
         env = dict(self.environment)
-        if self.runtime_backend == "container":
-            env.update(job_tracking_env(self._credentials, None))
         return CustomTrainer(
             func=dltrain_train_job,
             func_args=args,
@@ -266,6 +265,10 @@ class KubeflowEngine(TrainingEngine):
         name = self.trainjob_name(identity)
         trainer, options = self.trainer(staged), self.options(staged, name)  # refused before anything
         self._remove_leftover(name)
+        if self.runtime_backend == "container" and self._credentials:
+            # the MLflow credentials as a cluster hands a Secret: a mounted file, never the environment
+            secret = job_secret_file(name, self.secret_file, self._credentials)
+            self.client.backend._adapter.mount_secret(secret)
         try:
             self.client.train(runtime=self.runtime, trainer=trainer, options=options)
         except Exception as err:
@@ -351,6 +354,7 @@ class KubeflowEngine(TrainingEngine):
             log.info("TrainJob %s (uid %s) is gone: nothing to delete", name, handle.ids.get("uid"))
             return
         self.client.delete_job(name)
+        drop_secret_file(name)
 
     def _remove_leftover(self, name: str) -> None:
         """Delete an ended TrainJob of an earlier try holding the name; refuse to replace a running one."""
@@ -365,6 +369,7 @@ class KubeflowEngine(TrainingEngine):
             )
         log.info("deleting TrainJob %s (%s), left by an earlier try", name, status)
         self.client.delete_job(name)
+        drop_secret_file(name)
 
     def _not_created(self, name: str, err: Exception) -> Exception:
         """The error of a failed creation, once what the SDK left of the TrainJob is deleted."""

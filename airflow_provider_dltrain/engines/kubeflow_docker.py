@@ -7,7 +7,9 @@ adds what a cluster has and that backend lacks:
   the one ``dltrain fake-aws --env-file`` writes) is bind-mounted read-only into every node at
   :data:`SECRET_PATH`, as a Kubernetes Secret volume is; the node function reads it into its own
   process before anything else. The values never enter the containers' configuration (``docker
-  inspect`` shows a path), the TrainJob's ``environment`` or the staged spec;
+  inspect`` shows a path), the TrainJob's ``environment`` or the staged spec. The MLflow connection's
+  credentials go the same way: with any, the node gets one file per TrainJob (:func:`job_secret_file`:
+  the user's lines, then the credentials; mode 0600 in a 0700 folder), deleted with the TrainJob;
 * **host directories** mounted at the same path (``container_mounts``: a lake or MLflow store on disk);
 * **clean-up of a failed creation**: the SDK leaves the job's network behind when it fails before
   its first container (a missing image), which :func:`remove_remains` deletes;
@@ -18,10 +20,12 @@ adds what a cluster has and that backend lacks:
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shlex
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +78,48 @@ def check_secret_file(path: str) -> str:
     return str(file)
 
 
+def secrets_dir() -> Path:
+    """Where :func:`job_secret_file` keeps a TrainJob's secret file while the TrainJob exists."""
+    return Path.home() / ".kubeflow" / "trainer" / "dltrain-secrets"
+
+
+def job_secret_file(name: str, user_file: str | None, credentials: Mapping[str, str]) -> str:
+    """The file mounted as TrainJob ``name``'s secret: ``user_file``'s lines, then ``credentials``
+    (``NAME=value``, quoted as the node function reads them), mode 0600 in a 0700 folder."""
+    folder = secrets_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    lines = Path(user_file).read_text().splitlines() if user_file else []
+    lines += [f"{key}={shlex.quote(value)}" for key, value in sorted(credentials.items())]
+    path = folder / f"{name}.env"
+    temporary = folder / f".{name}.env.{os.getpid()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.replace(temporary, path)
+    return str(path)
+
+
+def drop_secret_file(name: str) -> bool:
+    """Delete TrainJob ``name``'s secret file (:func:`job_secret_file`); whether there was one."""
+    try:
+        (secrets_dir() / f"{name}.env").unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class NodeMounts:
     """The SDK's Docker adapter, with host directories and the secret file mounted into every node."""
 
     def __init__(self, inner: Any, mounts: Sequence[str], secret_file: str | None = None) -> None:
         self._inner = inner
         self._mounts = {path: {"bind": path, "mode": "rw"} for path in mounts}
+        self.mount_secret(secret_file)
+
+    def mount_secret(self, secret_file: str | None) -> None:
+        """Mount ``secret_file`` (None: no secret) at :data:`SECRET_PATH` in the nodes created next."""
+        self._mounts = {p: m for p, m in self._mounts.items() if m["bind"] != SECRET_PATH}
         if secret_file:
             self._mounts[secret_file] = {"bind": SECRET_PATH, "mode": "ro"}
 
@@ -108,6 +148,8 @@ def remove_remains(adapter: Any, name: str) -> list[str]:
     if workdir.is_dir():
         shutil.rmtree(workdir, ignore_errors=True)
         gone.append(f"directory {workdir}")
+    if drop_secret_file(name):
+        gone.append("its secret file")
     return gone
 
 
@@ -133,6 +175,8 @@ __all__ = [
     "NodeMounts",
     "check_environment",
     "check_secret_file",
+    "drop_secret_file",
+    "job_secret_file",
     "node_error_lines",
     "remove_remains",
 ]

@@ -48,9 +48,10 @@ def _left() -> list[str]:
         for n in _docker("network", "ls", "--format", "{{.Name}}")
         if n.startswith("dltrain-") and not n.startswith("dltrain-stack-")
     ]
-    workdirs = Path.home() / ".kubeflow" / "trainer" / "containers"
-    dirs = [str(p) for p in workdirs.glob("dltrain-*")] if workdirs.is_dir() else []
-    return containers + networks + dirs
+    trainer = Path.home() / ".kubeflow" / "trainer"
+    dirs = [str(p) for p in (trainer / "containers").glob("dltrain-*")]
+    secrets = [str(p) for p in (trainer / "dltrain-secrets").glob("*.env")]  # a TrainJob's MLflow credentials
+    return containers + networks + dirs + secrets
 
 
 @pytest.fixture(scope="module")
@@ -352,17 +353,6 @@ def _bridge_gateway() -> str:
     return ipam.get("Gateway") or str(next(ipaddress.IPv4Network(ipam["Subnet"]).hosts()))
 
 
-def _docs_example(name: str):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "docs" / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"docs_example_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _no_secret_fails_with_the_nodes_own_error(table, image, mlflow_dir):
     """Without the secret the nodes cannot fetch the job script: the task error shows the node's
     NoCredentialsError, which torchrun's summary pushes out of the log's last lines."""
@@ -394,45 +384,131 @@ def _no_secret_fails_with_the_nodes_own_error(table, image, mlflow_dir):
     assert not _left()
 
 
-def test_two_nodes_train_from_the_lake_on_the_fake_s3_with_its_per_start_keys_as_a_mounted_secret(
+POINTS = 48
+
+
+def _points_repo(root: Path) -> str:
+    """A git repository (branch ``main``) whose ``points.csv`` is tracked by DVC, its content pushed to a
+    local DVC remote and its cache removed: the ingest job reads it from the remote."""
+    from dvc.repo import Repo
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+    root.mkdir()
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "ci@example.com")
+    git("config", "user.name", "ci")
+    lines = ["id,x1,x2,label"]
+    for i in range(POINTS):
+        x1, x2 = (i % 7) / 7, (i % 5) / 5
+        lines.append(f"{i},{x1:.3f},{x2:.3f},{int(x1 > x2)}")
+    (root / "points.csv").write_text("\n".join(lines) + "\n")
+    cwd = os.getcwd()
+    os.chdir(root)  # DVC adds files relative to the working directory
+    try:
+        repo = Repo.init(str(root))
+        with repo.config.edit() as conf:
+            conf["remote"]["local"] = {"url": str(root.parent / "dvc-remote")}
+            conf["core"]["remote"] = "local"
+        repo.add("points.csv")
+        repo.push()
+        repo.close()
+    finally:
+        os.chdir(cwd)
+    git("add", "-A")
+    git("commit", "-q", "-m", "points")
+    subprocess.run(["rm", "-rf", str(root / ".dvc" / "cache")], check=True)
+    return str(root)
+
+
+def test_the_documented_chain_dvc_processing_kubeflow_on_the_fake_s3_gate_and_ec2_scoring(
     kubeflow_image, tmp_path, monkeypatch
 ):
-    """docs/examples/kubeflow_fake_s3.py as the page says: the fake AWS on the Docker bridge's gateway
-    (not 0.0.0.0) with fresh keys in its 0600 file; that file is this process's environment and the
-    TrainJob's secret (mounted read-only, never its environment); the table and the staging area are
-    on the fake's S3; two nodes train and the gate promotes the model."""
-    from sm_train_fns import digits_partition
+    """docs/examples/points_chain.py through ``airflow dags test``, as the Kubeflow page says: the fake
+    AWS on the Docker bridge's gateway (not 0.0.0.0) with fresh keys in its 0600 file, which is this
+    process's ``aws`` connection and the TrainJob's mounted secret (never its environment). A CSV that
+    DVC versions becomes a Delta partition on the fake's S3 by a SageMaker Processing job; the sensor
+    pins the cut-off; two Kubeflow nodes train from that version on S3; the gate promotes the model;
+    one EC2 instance scores the date. Then the same TrainJob without the secret fails showing the
+    node's own error. Nothing of the fake, no container and no network is left."""
+    import shutil
 
-    from airflow_provider_dltrain import lake
+    from deltalake import DeltaTable
+    from mlflow import MlflowClient
+
+    from airflow_provider_dltrain.lake.storage import s3_storage_options
     from airflow_provider_dltrain.testing.fake_aws_process import CLIENT_ENV_UNSET, start_fake_aws
+    from tests.conftest import migrated_airflow_db
 
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    dags = tmp_path / "dags"
+    shutil.copytree(examples / "points", dags / "points", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(examples / "points_chain.py", dags / "points_chain.py")
+    mlflow_dir = tmp_path / "mlflow"
+    mlflow_dir.mkdir()
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("AIRFLOW__CORE__UNIT_TEST_MODE", *CLIENT_ENV_UNSET)
+    }
     with start_fake_aws(tmp_path / "fake-aws", host=_bridge_gateway(), verbose=False) as fake:
         assert fake.env_file is not None and (fake.env_file.stat().st_mode & 0o077) == 0
-        for name in CLIENT_ENV_UNSET:
-            monkeypatch.delenv(name, raising=False)
+        fake.create_bucket("lake")
+        env.update(fake.env)
+        env.update(
+            {
+                "AIRFLOW_HOME": str(tmp_path / "airflow"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow' / 'airflow.db'}",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "DLTRAIN_HOME": str(tmp_path / "home"),
+                "MLFLOW_TRACKING_URI": f"sqlite:///{mlflow_dir / 'mlflow.db'}",
+                "DLTRAIN_POLL_INTERVAL": "1",
+                "DVC_SITE_CACHE_DIR": str(tmp_path / "dvc-site-cache"),
+                "DVC_NO_ANALYTICS": "1",
+                "POINTS_DATA_REPO": _points_repo(tmp_path / "points-data"),
+                "POINTS_NODE_IMAGE": kubeflow_image,
+                "POINTS_NODE_SECRETS": str(fake.env_file),
+                "POINTS_MLFLOW_DIR": str(mlflow_dir),
+            }
+        )
+        migrated_airflow_db(env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", "dags", "test", "points_chain", "2026-11-24"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+
+        key, secret = fake.credentials
+        storage = s3_storage_options(
+            access_key=key, secret_key=secret, region="us-east-1", endpoint_url=fake.endpoint_url
+        )
+        points = DeltaTable("s3://lake/lake/points", storage_options=storage)
+        assert points.version() == 0 and points.to_pyarrow_table().num_rows == POINTS
+        scored = DeltaTable("s3://lake/lake/point_predictions", storage_options=storage).to_pyarrow_table()
+        assert sorted(scored.column("id").to_pylist()) == list(range(POINTS))
+        sagemaker = fake.client("sagemaker")
+        jobs = sagemaker.list_processing_jobs()["ProcessingJobSummaries"]
+        assert [j["ProcessingJobStatus"] for j in jobs] == ["Completed"], jobs
+        instances = [
+            i for r in fake.client("ec2").describe_instances()["Reservations"] for i in r["Instances"]
+        ]
+        assert [i["State"]["Name"] for i in instances] == ["terminated"], instances
+        client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+        (run,) = client.search_runs([client.get_experiment_by_name("points").experiment_id])
+        assert run.info.status == "FINISHED" and run.data.tags["dltrain.backend"] == "kubeflow"
+        assert run.data.tags["dltrain.world_size"] == "2", run.data.tags
+        (version,) = client.search_model_versions("name='points'")
+        assert client.get_model_version_by_alias("points", "champion").version == version.version
+        assert set(scored.column("model_version").to_pylist()) == {int(version.version)}
+
         for name, value in fake.env.items():
             monkeypatch.setenv(name, value)
-        fake.create_bucket("lake")
-        ref = None
-        for i, day in enumerate(DAYS):
-            ref = lake.overwrite_partition("s3://lake/lake/digits", digits_partition(i, 16), {"ds": day})
-        assert ref is not None
-        mlflow_dir = tmp_path / "mlflow"
-        mlflow_dir.mkdir()
+        for name in CLIENT_ENV_UNSET:
+            monkeypatch.delenv(name, raising=False)
         monkeypatch.chdir(tmp_path)
-        _no_secret_fails_with_the_nodes_own_error(ref.to_dict(), kubeflow_image, mlflow_dir)
-        example = _docs_example("kubeflow_fake_s3")
-        result, model = example.train_and_gate(
-            str(fake.env_file),
-            ref.to_dict(),
-            kubeflow_image,
-            str(mlflow_dir),
-            train_fn="sm_train_fns:demo_train",
-            day=DAYS[-1],
-        )
-        assert result.world_size == 2 and result.dataset.uri == "s3://lake/lake/digits"
-        assert result.model_uri and model.promoted, model
-        staged = fake.client("s3").list_objects_v2(Bucket="lake", Prefix="dltrain-staging/runs/")
-        assert any(o["Key"].endswith("/result.json") for o in staged.get("Contents", []))
+        pinned = {"uri": "s3://lake/lake/points", "version": points.version()}
+        _no_secret_fails_with_the_nodes_own_error(pinned, kubeflow_image, mlflow_dir)
         assert fake.leaks() == []
     assert not _left()

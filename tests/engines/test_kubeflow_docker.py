@@ -140,6 +140,64 @@ def test_the_secret_file_is_mounted_read_only_and_only_its_path_reaches_the_trai
     assert "s3cr3t" not in repr(docker.kwargs)
 
 
+def test_mlflow_credentials_reach_the_nodes_in_a_mounted_file_never_in_the_trainjob(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from airflow_provider_dltrain.engines.kubeflow_docker import (
+        SECRET_PATH,
+        NodeMounts,
+        drop_secret_file,
+        job_secret_file,
+        secrets_dir,
+    )
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    secret = _secret_file(tmp_path)
+    engine = _engine(tmp_path, runtime_backend="container", environment={"OMP_NUM_THREADS": "1"})
+    engine.set_job_credentials({"MLFLOW_TRACKING_PASSWORD": "pw with space", "MLFLOW_TRACKING_USERNAME": "u"})
+    staged = SimpleNamespace(script_uri="s3://b/job.py", spec_uri="s3://b/spec.json", code_uri="s3://b/c.zip")
+    trainer = engine.trainer(staged)
+    assert trainer.env == {"OMP_NUM_THREADS": "1"}  # no credential in the TrainJob
+    assert trainer.func_args["secret_env_file"] == SECRET_PATH
+
+    path = Path(job_secret_file("dltrain-train-abc", str(secret), engine._credentials))
+    assert path.parent == secrets_dir() and (path.stat().st_mode & 0o077) == 0
+    assert (secrets_dir().stat().st_mode & 0o077) == 0
+    text = path.read_text()
+    assert text.startswith(secret.read_text()) and "MLFLOW_TRACKING_PASSWORD='pw with space'" in text
+
+    class Docker:
+        def create_and_start_container(self, **kwargs: Any) -> str:
+            self.kwargs = kwargs
+            return "c0"
+
+    docker = Docker()
+    adapter = NodeMounts(docker, [], str(secret))
+    adapter.mount_secret(str(path))  # the TrainJob's file replaces the user's at the same place
+    adapter.create_and_start_container(image="i")
+    assert docker.kwargs["volumes"] == {str(path): {"bind": SECRET_PATH, "mode": "ro"}}
+    assert "pw" not in repr(docker.kwargs)
+
+    # what the node function makes of the file: the password with its space
+    from airflow_provider_dltrain.engines.kubeflow_node import dltrain_train_job
+
+    script, seen = tmp_path / "job_script.py", tmp_path / "seen.txt"
+    script.write_text(
+        f"import os\ndef run(argv):\n    open({str(seen)!r}, 'w').write(os.environ['MLFLOW_TRACKING_PASSWORD'])\n"
+        "    return 0\n"
+    )
+    saved = dict(os.environ)
+    try:
+        with pytest.raises(SystemExit):
+            dltrain_train_job(f"file://{script}", "s3://b/spec.json", "s3://b/code.zip", str(path))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert seen.read_text() == "pw with space"
+    assert drop_secret_file("dltrain-train-abc") and not path.exists()
+    assert not drop_secret_file("dltrain-train-abc")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
