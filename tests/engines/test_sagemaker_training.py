@@ -269,33 +269,6 @@ def test_a_deferred_sagemaker_job_trains_two_ranks_logs_to_mlflow_and_leaks_no_s
     assert SECRET_TOKEN not in everything
 
 
-def test_an_mpi_job_trains_two_horovod_ranks_under_mpirun_like_the_torchrun_job(sm, caplog):
-    """distribution="mpi": the container's own entry point runs a real ``mpirun`` (one host, 2 slots),
-    each rank trains through Horovod's MPI controller; gradients are averaged as under torchrun."""
-    from mlflow import MlflowClient
-
-    hparams = {"epochs": 1, "batch_size": 16, "seed": 5}
-    results = {}
-    for distribution in ("torchrun", "mpi"):
-        op = _operator(sm, f"train_{distribution}", hparams=hparams, distribution=distribution)
-        results[distribution] = op.execute(_context(op.task_id))
-    client = MlflowClient(tracking_uri=sm["mlflow_uri"])
-    runs = {d: client.get_run(r["run_id"]) for d, r in results.items()}
-    assert runs["mpi"].info.status == "FINISHED" and results["mpi"]["world_size"] == 2
-    assert runs["mpi"].data.tags["dltrain.collectives"] == "horovod/mpi"
-    assert runs["torchrun"].data.tags["dltrain.collectives"] == "torch.distributed/gloo"
-    assert results["mpi"]["model_uri"].startswith("models:/")
-    job = aws_client("sagemaker", sm["endpoint"]).describe_training_job(
-        TrainingJobName=_jobs(sm, "train-mpi")[-1]["TrainingJobName"]
-    )
-    assert job["TrainingJobStatus"] == "Completed"
-    assert job["AlgorithmSpecification"]["ContainerArguments"][:2] == ["--distribution", "mpi"]
-    # same rows, same global batches, averaged gradients: the first epoch's loss agrees
-    losses = {d: r.data.metrics["train_loss"] for d, r in runs.items()}
-    assert losses["mpi"] == pytest.approx(losses["torchrun"], rel=1e-3)
-    assert SECRET_TOKEN not in json.dumps(results) + caplog.text + json.dumps(dict(runs["mpi"].data.params))
-
-
 def test_a_failing_job_fails_the_task_with_its_failure_reason_and_ends_the_mlflow_run_failed(sm):
     from airflow_provider_dltrain.exceptions import TrainingFailedError
 

@@ -71,6 +71,7 @@ HEAVY: dict[str, str] = {
     "tests/engines/test_ray_training.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
     "tests/engines/test_reaper.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
     "tests/engines/test_sagemaker_training.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
+    "tests/engines/test_sagemaker_mpi.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
     "tests/engines/test_stage_engines.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
     "tests/engines/test_stage_engines_scoring.py": "cloud jobs really run on the fake AWS: a Spark or torch process per job",
     "tests/etl/test_crash_and_race.py": "Spark writers killed and racing on real tables",
