@@ -33,7 +33,9 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -510,6 +512,24 @@ def _infer_snapshot(
     index.indexed = version
 
 
+# inside one_state(): per table, the index loaded first and whether it was caught up to the newest version
+_STATE: ContextVar[dict[Any, tuple[HistoryIndex, bool]] | None] = ContextVar(
+    "dltrain_lake_state", default=None
+)
+
+
+@contextmanager
+def one_state() -> Iterator[None]:
+    """Within the block, a reader of a table gets the index loaded there first again (loaded anew only
+    when a version it does not hold is asked for): a backfill plan over a year of dates reads one state
+    of each table, once, as a user reads one page. Outside it every :func:`load` reads the table."""
+    token = _STATE.set({})
+    try:
+        yield
+    finally:
+        _STATE.reset(token)
+
+
 def load(
     uri: str,
     storage_options: StorageOptions | None = None,
@@ -520,10 +540,33 @@ def load(
 ) -> HistoryIndex | None:
     """The table's history index, caught up to ``newest`` (default the newest version); None: no table.
 
+    The index may hold versions after ``newest`` (its head is further on): readers ask for what
+    they need as of a version. Inside :func:`one_state` a table's index is read once.
+
     :param persist: write what was caught up (new commit records and the head) back to the table.
         The provider's writers and maintenance do; readers never write.
     :param use_head: False: ignore ``head.json`` and build from the log and the commit records.
     """
+    kept = _STATE.get()
+    if kept is None or persist:
+        return _load(uri, storage_options, newest, persist, use_head)
+    question = (
+        uri.rstrip("/"),
+        tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())),
+        use_head,
+    )
+    found = kept.get(question)
+    if found is not None and (found[1] if newest is None else found[0].indexed >= newest):
+        return found[0]
+    index = _load(uri, storage_options, newest, persist, use_head)
+    if index is not None:
+        kept[question] = (index, newest is None)
+    return index
+
+
+def _load(
+    uri: str, storage_options: StorageOptions | None, newest: int | None, persist: bool, use_head: bool
+) -> HistoryIndex | None:
     log = DeltaLog(uri, storage_options)
     stats = Stats()
     head = _load_head(log, stats) if use_head else None
