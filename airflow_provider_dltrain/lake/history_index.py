@@ -132,8 +132,41 @@ class HistoryIndex:
     stats: Stats = field(default_factory=Stats)
     _log: DeltaLog | None = None
     _records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # built on first use, forgotten when a write is added: partitions by their text in one column
+    _by_text: dict[str, dict[Any, list[Key]]] = field(default_factory=dict, repr=False, compare=False)
+    _uniform: dict[tuple[str, ...], bool] = field(default_factory=dict, repr=False, compare=False)
 
     # -- queries --------------------------------------------------------------------------------
+    def candidates(self, dnf: Any, columns: tuple[str, ...]) -> list[Key] | None:
+        """The partitions a normalised filter ``dnf`` on partition columns may select (a superset the
+        caller filters); None when a partition's columns are not ``columns`` or one is null (the index
+        cannot decide then). When every conjunction has an ``=`` with a text on one of them, only the
+        partitions holding that text (a dict lookup, built once per index, instead of every partition:
+        a plan of a year asks this for each date); else every partition."""
+        if columns not in self._uniform:
+            wanted = set(columns)
+            self._uniform[columns] = all(
+                {c for c, _ in key} == wanted and all(v is not None for _, v in key) for key in self.writes
+            )
+        if not self._uniform[columns]:
+            return None
+        chosen: dict[Key, None] = {}
+        for conj in dnf or ((),):
+            exact = [(c, v) for c, op, v in conj if op in ("=", "==") and isinstance(v, str) and c in columns]
+            if not exact:
+                return list(self.writes)
+            column, text = exact[0]
+            chosen.update(dict.fromkeys(self._keys_with(column, text)))
+        return list(chosen)
+
+    def _keys_with(self, column: str, text: str) -> list[Key]:
+        by_text = self._by_text.get(column)
+        if by_text is None:
+            by_text = self._by_text[column] = {}
+            for key in self.writes:
+                by_text.setdefault(dict(key).get(column), []).append(key)
+        return by_text.get(text, [])
+
     def last_write(self, key: Key, at_version: int | None = None, *, recorded: bool = False) -> Write | None:
         """The newest write of ``key`` at or before ``at_version`` (only RECORDED ones with ``recorded``)."""
         found = self.writes.get(key) or []
@@ -247,6 +280,8 @@ class HistoryIndex:
 
     # -- building -------------------------------------------------------------------------------
     def _add(self, key: Key, write: Write) -> None:
+        self._by_text.clear()
+        self._uniform.clear()
         writes = self.writes.setdefault(key, [])
         if writes and writes[-1].version >= write.version:
             writes[:] = [w for w in writes if w.version != write.version]

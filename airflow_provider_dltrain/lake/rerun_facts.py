@@ -173,11 +173,12 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
     except InvalidSpecError:
         dnf = ()  # not a filter the index decides: every partition may be selected
     selects = dnf_selector(dnf, types)
+    keys = index.candidates(dnf, tuple(types))
+    if keys is None:
+        return None
     parts = []
-    for key in list(index.writes):
+    for key in keys:
         values = dict(key)
-        if set(values) != set(types) or any(v is None for v in values.values()):
-            return None
         if not selects(values):
             continue
         write = index.last_write(key, ref.version)

@@ -287,11 +287,12 @@ def index_fingerprint(
     if any(c not in columns for conj in dnf for c, _, _ in conj):
         return None  # a row filter: the fingerprint also hashes the filter, and resolve prunes by statistics
     selects = dnf_selector(dnf, types)
+    keys = index.candidates(dnf, columns)
+    if keys is None:
+        return None  # a partition without a value of every column: its files decide
     lines = []
-    for key in list(index.writes):
+    for key in keys:
         values = dict(key)
-        if set(values) != set(columns) or any(v is None for v in values.values()):
-            return None
         if dnf and not selects(values):
             continue
         write = index.last_write(key, ref.version)

@@ -176,6 +176,17 @@ def test_the_training_fingerprint_from_the_index_equals_the_one_resolved_from_th
         wanted = [["ds", "<=", _ds(bound)]]
         fast = index_fingerprint(ref, wanted)
         assert fast is not None and fast == (resolve(ref, wanted).fingerprint, ("ds",))
+    # equalities look partitions up by their value (each conjunction's), the rest scans them: same answer
+    latest = lake.latest(uri)
+    for wanted in (
+        [["ds", "=", _ds(2)]],
+        [["ds", "==", _ds(4)], ["ds", ">=", _ds(3)]],
+        [[["ds", "=", _ds(1)]], [["ds", "=", _ds(5)], ["ds", "!=", _ds(5)]], [["ds", "=", "2000-01-01"]]],
+        [[["ds", "=", _ds(0)]], [["ds", ">", _ds(3)]]],
+        [["ds", "=", "no such day"]],
+    ):
+        assert index_fingerprint(latest, wanted) == (resolve(latest, wanted).fingerprint, ("ds",)), wanted
+        assert index_fingerprint(refs[3], wanted) == (resolve(refs[3], wanted).fingerprint, ("ds",)), wanted
     assert index_fingerprint(refs[5], [["x", ">", 1]]) is None  # a row filter: resolve decides
 
 
@@ -219,3 +230,23 @@ def test_a_pin_whose_compacted_files_were_vacuumed_reads_the_compaction_and_a_re
     assert sorted(x for f in scan.files for x in pq.read_table(f.uri).column("x").to_pylist()) == [1, 2]
     with pytest.raises(TableNotFoundError, match=r"deleted by a VACUUM.*changed since \(ds=2026-01-01\)"):
         scan_version(written[1], None, [("ds", "<=", _ds(1))])
+
+
+def test_the_rerun_facts_from_the_index_equal_the_scans_for_equalities_and_ranges(tmp_path, monkeypatch):
+    from airflow_provider_dltrain.lake import rerun_facts
+
+    uri = str(tmp_path / "t")
+    for i in range(5):
+        _provider_write(uri, i)
+    ref = lake.latest(uri)
+    filters = (
+        [("ds", "=", _ds(2))],
+        [[("ds", "=", _ds(1))], [("ds", ">", _ds(3))]],
+        [[("ds", "=", _ds(0))], [("ds", "=", _ds(4))]],
+        [("ds", "<=", _ds(3))],
+        [("ds", "=", "no such day")],
+    )
+    fast = [rerun_facts.version_fingerprint(ref, f) for f in filters]
+    monkeypatch.setattr(rerun_facts, "_from_index", lambda *_: None)  # what the files say
+    assert fast == [rerun_facts.version_fingerprint(ref, f) for f in filters]
+    assert [f["partitions"] for f in fast] == [1, 2, 2, 4, 0]
