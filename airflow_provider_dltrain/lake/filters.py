@@ -323,6 +323,12 @@ class _Parsed:
             return _UNDECIDED
 
 
+def compiled_term(op: str, value: Any, delta_type: str | None) -> Callable[[str | None], bool | None]:
+    """``compare_partition_value(text, delta_type, op, value)`` as a function of ``text`` (the value
+    converted once), for a loop over many partitions."""
+    return _term(op, value, delta_type)
+
+
 def _term(op: str, value: Any, delta_type: str | None) -> Callable[[str | None], bool | None]:
     """``compare_partition_value(text, delta_type, op, value)`` as a function of ``text``."""
     if delta_type is None:

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_provider_dltrain.exceptions import TableNotFoundError
 from airflow_provider_dltrain.lake import history_index
 from airflow_provider_dltrain.lake import partition as part
-from airflow_provider_dltrain.lake.filters import compare_partition_value
+from airflow_provider_dltrain.lake.filters import compiled_term
 from airflow_provider_dltrain.lake.history_index import HistoryIndex, Write, key_of
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
@@ -151,12 +151,11 @@ def _at_or_before(
     ``h=9`` is before ``h=10``); a null value is not; a value that cannot be compared exactly counts as
     before (the pin can only move later, to a version with the same rows up to the bound)."""
 
+    # each bound value converted to its column's type once, not once per partition of a long history
+    terms = [(c, compiled_term("<=", v, (types or {}).get(c))) for c, v in bound.items()]
+
     def before(values: PartitionValues) -> bool:
-        return all(
-            values.get(c) is not None
-            and compare_partition_value(values[c], (types or {}).get(c), "<=", v) is not False
-            for c, v in bound.items()
-        )
+        return all(values.get(c) is not None and term(values[c]) is not False for c, term in terms)
 
     return before
 

@@ -169,3 +169,19 @@ def test_the_selector_a_loop_compiles_once_decides_as_each_partition_alone(dnf, 
     selects = dnf_selector(normal, types)
     for values in partitions:  # the same selector for every partition, its parses kept between them
         assert selects(values) == dnf_may_select(values, normal, types), (values, normal, types)
+
+
+@given(
+    op=_OPS,
+    value=_VALUES,
+    delta_type=st.none() | _TYPES,
+    texts=st.lists(st.none() | _TEXTS, min_size=1, max_size=6),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_compiled_term_decides_as_the_comparison_of_each_text_alone(op, value, delta_type, texts):
+    """The cut-off pin compiles its bound once for every partition of a year's history."""
+    from airflow_provider_dltrain.lake.filters import compiled_term
+
+    term = compiled_term(op, value, delta_type)
+    for text in texts:
+        assert term(text) == compare_partition_value(text, delta_type, op, value), (text, op, value)
