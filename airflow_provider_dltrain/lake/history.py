@@ -151,11 +151,16 @@ def _at_or_before(
     ``h=9`` is before ``h=10``); a null value is not; a value that cannot be compared exactly counts as
     before (the pin can only move later, to a version with the same rows up to the bound)."""
 
-    # each bound value converted to its column's type once, not once per partition of a long history
-    terms = [(c, compiled_term("<=", v, (types or {}).get(c))) for c, v in bound.items()]
+    # each bound value converted to its column's type once, not once per partition of a long history;
+    # a string column's text is its value, compared as it is
+    known = types or {}
+    texts = [(c, v) for c, v in bound.items() if known.get(c) == "string" and isinstance(v, str)]
+    terms = [(c, compiled_term("<=", v, known.get(c))) for c, v in bound.items() if (c, v) not in texts]
 
     def before(values: PartitionValues) -> bool:
-        return all(values.get(c) is not None and term(values[c]) is not False for c, term in terms)
+        return all((t := values.get(c)) is not None and t <= v for c, v in texts) and all(
+            values.get(c) is not None and term(values[c]) is not False for c, term in terms
+        )
 
     return before
 

@@ -33,13 +33,12 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from airflow_provider_dltrain.exceptions import TableNotFoundError
+from airflow_provider_dltrain.lake import state
 from airflow_provider_dltrain.lake.history_segments import Segment, SegmentedWrites, summarise
 from airflow_provider_dltrain.lake.log import DeltaLog
 from airflow_provider_dltrain.lake.partition import META_DIGEST, META_PARTITION
@@ -57,6 +56,8 @@ FILES = 1  # it added or removed files of the partition
 RECORDED = 2  # its commitInfo says it replaced exactly this partition (every write of this provider)
 INFERRED = 4  # not a commit seen: the oldest readable version, standing in for writes whose log is gone
 REARRANGED = 8  # only rearranged its files (dataChange false: OPTIMIZE, Z-order): same rows as before
+# the comparisons HistoryIndex.candidates answers by bisecting a column's sorted texts
+_ORDERED = ("=", "==", "<", "<=", ">", ">=")
 
 
 def key_of(values: Mapping[str, Any]) -> Key:
@@ -134,15 +135,20 @@ class HistoryIndex:
     _records: dict[int, dict[str, Any]] = field(default_factory=dict)
     # built on first use, forgotten when a write is added: partitions by their text in one column
     _by_text: dict[str, dict[Any, list[Key]]] = field(default_factory=dict, repr=False, compare=False)
+    _texts: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _uniform: dict[tuple[str, ...], bool] = field(default_factory=dict, repr=False, compare=False)
 
     # -- queries --------------------------------------------------------------------------------
-    def candidates(self, dnf: Any, columns: tuple[str, ...]) -> list[Key] | None:
-        """The partitions a normalised filter ``dnf`` on partition columns may select (a superset the
-        caller filters); None when a partition's columns are not ``columns`` or one is null (the index
-        cannot decide then). When every conjunction has an ``=`` with a text on one of them, only the
-        partitions holding that text (a dict lookup, built once per index, instead of every partition:
-        a plan of a year asks this for each date); else every partition."""
+    def candidates(self, dnf: Any, columns: tuple[str, ...]) -> tuple[list[Key], bool] | None:
+        """The partitions a normalised filter ``dnf`` on string partition columns may select, and
+        whether they are exactly those it selects; None when a partition's columns are not
+        ``columns`` or one is null (the index cannot decide then).
+
+        When every conjunction compares one of ``columns`` with a text (``=``, ``<``, ``<=``, ``>``,
+        ``>=``: string order), only the partitions whose text the comparison admits, found by bisecting
+        the column's sorted texts (built once per index: a plan of a year asks this for each date)
+        instead of testing every partition; exact when each conjunction is that comparison alone.
+        Otherwise every partition, to be filtered by the caller."""
         if columns not in self._uniform:
             wanted = set(columns)
             self._uniform[columns] = all(
@@ -151,21 +157,38 @@ class HistoryIndex:
         if not self._uniform[columns]:
             return None
         chosen: dict[Key, None] = {}
+        exact = bool(dnf)
         for conj in dnf or ((),):
-            exact = [(c, v) for c, op, v in conj if op in ("=", "==") and isinstance(v, str) and c in columns]
-            if not exact:
-                return list(self.writes)
-            column, text = exact[0]
-            chosen.update(dict.fromkeys(self._keys_with(column, text)))
-        return list(chosen)
+            terms = [
+                (c, op, v) for c, op, v in conj if op in _ORDERED and isinstance(v, str) and c in columns
+            ]
+            if not terms:
+                return list(self.writes), False
+            chosen.update(dict.fromkeys(self.keys_where(*terms[0])))
+            exact = exact and len(conj) == 1
+        return list(chosen), exact
 
-    def _keys_with(self, column: str, text: str) -> list[Key]:
+    def keys_where(self, column: str, op: str, text: str) -> list[Key]:
+        """The partitions whose text in ``column`` compares ``op`` with ``text`` in string order."""
         by_text = self._by_text.get(column)
         if by_text is None:
-            by_text = self._by_text[column] = {}
+            by_text = {}
             for key in self.writes:
                 by_text.setdefault(dict(key).get(column), []).append(key)
-        return by_text.get(text, [])
+            self._by_text[column] = by_text
+            self._texts[column] = sorted(t for t in by_text if isinstance(t, str))
+        texts = self._texts[column]
+        if op in ("=", "=="):
+            chosen = [text] if text in by_text else []
+        elif op == "<=":
+            chosen = texts[: bisect.bisect_right(texts, text)]
+        elif op == "<":
+            chosen = texts[: bisect.bisect_left(texts, text)]
+        elif op == ">=":
+            chosen = texts[bisect.bisect_left(texts, text) :]
+        else:  # ">"
+            chosen = texts[bisect.bisect_right(texts, text) :]
+        return [key for t in chosen for key in by_text[t]]
 
     def last_write(self, key: Key, at_version: int | None = None, *, recorded: bool = False) -> Write | None:
         """The newest write of ``key`` at or before ``at_version`` (only RECORDED ones with ``recorded``)."""
@@ -213,6 +236,10 @@ class HistoryIndex:
             upto = self.indexed if at_version is None else at_version
             answered, keys = self.writes.bound_candidates(dict(bound), upto)
             best = max((Write.from_json(a) for a in answered), key=lambda w: w.version, default=None)
+        elif bound:  # only the partitions at or before the bound in a string column (string order)
+            column, text = next(iter(bound.items()))
+            if (self.partition_types or {}).get(column) == "string" and isinstance(text, str):
+                keys = self.keys_where(column, "<=", text)
         for key in keys:
             if not matches(dict(key)):
                 continue
@@ -281,6 +308,7 @@ class HistoryIndex:
     # -- building -------------------------------------------------------------------------------
     def _add(self, key: Key, write: Write) -> None:
         self._by_text.clear()
+        self._texts.clear()
         self._uniform.clear()
         writes = self.writes.setdefault(key, [])
         if writes and writes[-1].version >= write.version:
@@ -547,22 +575,8 @@ def _infer_snapshot(
     index.indexed = version
 
 
-# inside one_state(): per table, the index loaded first and whether it was caught up to the newest version
-_STATE: ContextVar[dict[Any, tuple[HistoryIndex, bool]] | None] = ContextVar(
-    "dltrain_lake_state", default=None
-)
-
-
-@contextmanager
-def one_state() -> Iterator[None]:
-    """Within the block, a reader of a table gets the index loaded there first again (loaded anew only
-    when a version it does not hold is asked for): a backfill plan over a year of dates reads one state
-    of each table, once, as a user reads one page. Outside it every :func:`load` reads the table."""
-    token = _STATE.set({})
-    try:
-        yield
-    finally:
-        _STATE.reset(token)
+# a backfill plan's block: each table's index read once (see lake.state)
+one_state = state.one_state
 
 
 def load(
@@ -582,10 +596,11 @@ def load(
         The provider's writers and maintenance do; readers never write.
     :param use_head: False: ignore ``head.json`` and build from the log and the commit records.
     """
-    kept = _STATE.get()
+    kept = state.kept()
     if kept is None or persist:
         return _load(uri, storage_options, newest, persist, use_head)
     question = (
+        "history index",
         uri.rstrip("/"),
         tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())),
         use_head,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dltrain.exceptions import StorageReadError, TableNotFoundError
+from airflow_provider_dltrain.lake import state
 from airflow_provider_dltrain.lake.ref import DeltaRef, millis_to_iso
 from airflow_provider_dltrain.lake.storage import StorageOptions, filesystem, join, normalize_uri
 
@@ -224,12 +225,11 @@ class DeltaLog:
         base = int(checkpoint["version"]) if checkpoint and int(checkpoint["version"]) <= version else -1
         removed: set[str] = set()
         for v in range(version, base - 1 if base >= 0 else -1, -1):
-            text = self._read_text(self._commit_path(v))
-            if text is None and v == base:  # the checkpoint holds that commit's outcome anyway
+            actions = self._commit_file_actions(v)
+            if actions is None and v == base:  # the checkpoint holds that commit's outcome anyway
                 break
-            if text is None:  # cleaned-up log or unreadable file: let delta-rs answer
+            if actions is None:  # cleaned-up log or unreadable file: let delta-rs answer
                 return None
-            actions = [json.loads(line) for line in text.splitlines() if line.strip()]
             # an add and a remove of one path in one commit (a new deletion vector): the add is live
             for action in actions:
                 add = action.get("add")
@@ -242,16 +242,46 @@ class DeltaLog:
         paths = self._checkpoint_paths(checkpoint, wanted)
         return None if paths is None else bool(paths - removed)
 
+    def _commit_file_actions(self, version: int) -> list[dict[str, Any]] | None:
+        """The actions of commit file ``version`` (None: not there); parsed once inside a
+        :func:`~.state.one_state` block (a commit file never changes)."""
+        kept = state.kept()
+        question = ("commit actions", self.uri, version)
+        if kept is not None and question in kept:
+            return kept[question]  # type: ignore[no-any-return]
+        text = self._read_text(self._commit_path(version))
+        actions = None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
+        if kept is not None and actions is not None:
+            kept[question] = actions
+        return actions
+
     def _checkpoint_paths(
         self, checkpoint: dict[str, Any], wanted: Sequence[tuple[str, str]]
     ) -> set[str] | None:
-        """Paths of the checkpoint's ``add`` actions in the wanted partition (matched in Arrow)."""
+        """Paths of the checkpoint's ``add`` actions in the wanted partition (matched in Arrow).
+
+        Inside a :func:`~.state.one_state` block a checkpoint's adds are read once, all row groups."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         names = self._checkpoint_names(checkpoint)
         if names is None:
             return None
+        kept = state.kept()
+        if kept is not None:
+            question = ("checkpoint adds", self.uri, tuple(names))
+            if question not in kept:
+                kept[question] = self._checkpoint_adds(names)
+            adds = kept[question]
+            if adds is None:
+                return None
+            found_all: set[str] = set()
+            for add in adds:
+                found = _paths_in_partition(add, wanted)
+                if found is None:
+                    return None
+                found_all.update(found)
+            return found_all
         paths: set[str] = set()
         for name in names:
             try:
@@ -271,6 +301,23 @@ class DeltaLog:
                 return None
             paths.update(found)
         return paths
+
+    def _checkpoint_adds(self, names: Sequence[str]) -> list[Any] | None:
+        """Every checkpoint part's ``add`` column (path, partition values); None: unreadable."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        adds = []
+        for name in names:
+            try:
+                with self._fs.open_input_file(join(self._log, name)) as handle:
+                    table = pq.ParquetFile(handle).read(
+                        columns=["add.path", "add.partitionValues"], use_threads=False
+                    )
+                adds.append(table.column("add").combine_chunks())
+            except (OSError, KeyError, AttributeError, ValueError, pa.ArrowException):
+                return None
+        return adds
 
     def _checkpoint_names(self, checkpoint: dict[str, Any]) -> list[str] | None:
         if "v2Checkpoint" in checkpoint or (

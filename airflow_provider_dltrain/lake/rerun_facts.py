@@ -173,13 +173,14 @@ def _from_index(ref: DeltaRef, filters: Any, storage_options: StorageOptions | N
     except InvalidSpecError:
         dnf = ()  # not a filter the index decides: every partition may be selected
     selects = dnf_selector(dnf, types)
-    keys = index.candidates(dnf, tuple(types))
-    if keys is None:
+    found = index.candidates(dnf, tuple(types))
+    if found is None:
         return None
+    keys, exact = found
     parts = []
     for key in keys:
         values = dict(key)
-        if not selects(values):
+        if not exact and not selects(values):
             continue
         write = index.last_write(key, ref.version)
         if write is None or (write.digest is None and write.content_known):

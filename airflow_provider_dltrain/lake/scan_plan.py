@@ -287,13 +287,14 @@ def index_fingerprint(
     if any(c not in columns for conj in dnf for c, _, _ in conj):
         return None  # a row filter: the fingerprint also hashes the filter, and resolve prunes by statistics
     selects = dnf_selector(dnf, types)
-    keys = index.candidates(dnf, columns)
-    if keys is None:
+    found = index.candidates(dnf, columns)
+    if found is None:
         return None  # a partition without a value of every column: its files decide
+    keys, exact = found
     lines = []
     for key in keys:
         values = dict(key)
-        if dnf and not selects(values):
+        if dnf and not exact and not selects(values):
             continue
         write = index.last_write(key, ref.version)
         if write is None:

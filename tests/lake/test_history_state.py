@@ -49,3 +49,34 @@ def test_inside_one_state_a_table_is_read_once_and_a_newer_version_or_the_newest
     history_index.load(uri)
     history_index.load(uri)
     assert reads == [0, 1, None, None, None, None]
+
+
+def test_inside_one_state_a_partition_check_reads_each_commit_file_and_checkpoint_once(tmp_path, monkeypatch):
+    from airflow_provider_dltrain.lake.log import DeltaLog
+    from airflow_provider_dltrain.lake.table import has_partition, open_table
+
+    uri = str(tmp_path / "t")
+    for i in range(5):
+        _write(uri, f"2026-11-0{i + 1}", i)
+    open_table(uri).create_checkpoint()
+    for i in range(5, 8):
+        _write(uri, f"2026-11-0{i + 1}", i)
+    version = lake.latest(uri).version
+    days = [f"2026-11-0{i}" for i in range(1, 10)]  # the 9th is not there
+    outside = [has_partition(uri, version, {"ds": d}) for d in days]
+    assert outside == [True] * 8 + [False]
+    reads: list[str] = []
+    real = DeltaLog._read_text
+
+    def counted(self, path):
+        reads.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(DeltaLog, "_read_text", counted)
+    with history_index.one_state():
+        inside = [has_partition(uri, version, {"ds": d}) for d in days]
+        commits = [r for r in reads if r.endswith(".json") and "_last_checkpoint" not in r]
+        assert inside == outside and len(commits) == len(set(commits)) == 4  # the checkpoint's commit on
+    reads.clear()
+    assert [has_partition(uri, version, {"ds": d}) for d in days] == outside
+    assert len([r for r in reads if r.endswith(".json") and "_last_checkpoint" not in r]) > 4

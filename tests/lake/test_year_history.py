@@ -184,6 +184,11 @@ def test_the_training_fingerprint_from_the_index_equals_the_one_resolved_from_th
         [[["ds", "=", _ds(1)]], [["ds", "=", _ds(5)], ["ds", "!=", _ds(5)]], [["ds", "=", "2000-01-01"]]],
         [[["ds", "=", _ds(0)]], [["ds", ">", _ds(3)]]],
         [["ds", "=", "no such day"]],
+        [["ds", "<", _ds(2)]],
+        [["ds", ">=", _ds(4)], ["ds", "<=", _ds(5)]],
+        [[["ds", ">", _ds(1)], ["ds", "!=", _ds(3)]], [["ds", "<", _ds(1)]]],
+        [["ds", "!=", _ds(2)]],
+        [["ds", "<=", "2026"]],
     ):
         assert index_fingerprint(latest, wanted) == (resolve(latest, wanted).fingerprint, ("ds",)), wanted
         assert index_fingerprint(refs[3], wanted) == (resolve(refs[3], wanted).fingerprint, ("ds",)), wanted
@@ -245,8 +250,10 @@ def test_the_rerun_facts_from_the_index_equal_the_scans_for_equalities_and_range
         [[("ds", "=", _ds(0))], [("ds", "=", _ds(4))]],
         [("ds", "<=", _ds(3))],
         [("ds", "=", "no such day")],
+        [("ds", ">", _ds(1)), ("ds", "<", _ds(4))],
+        [[("ds", ">=", _ds(3))], [("ds", "<", _ds(1))]],
     )
     fast = [rerun_facts.version_fingerprint(ref, f) for f in filters]
     monkeypatch.setattr(rerun_facts, "_from_index", lambda *_: None)  # what the files say
     assert fast == [rerun_facts.version_fingerprint(ref, f) for f in filters]
-    assert [f["partitions"] for f in fast] == [1, 2, 2, 4, 0]
+    assert [f["partitions"] for f in fast] == [1, 2, 2, 4, 0, 2, 3]
