@@ -495,7 +495,10 @@ def test_the_documented_chain_dvc_processing_kubeflow_on_the_fake_s3_gate_and_ec
             i for r in fake.client("ec2").describe_instances()["Reservations"] for i in r["Instances"]
         ]
         assert [i["State"]["Name"] for i in instances] == ["terminated"], instances
-        client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+        # the registry of this store too: an earlier test in the worker may have set a global registry URI
+        client = MlflowClient(
+            tracking_uri=env["MLFLOW_TRACKING_URI"], registry_uri=env["MLFLOW_TRACKING_URI"]
+        )
         (run,) = client.search_runs([client.get_experiment_by_name("points").experiment_id])
         assert run.info.status == "FINISHED" and run.data.tags["dltrain.backend"] == "kubeflow"
         assert run.data.tags["dltrain.world_size"] == "2", run.data.tags
