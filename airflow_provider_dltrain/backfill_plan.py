@@ -95,14 +95,13 @@ def plan_backfill(
         gives them (None: as if none ran yet); only the newest run's state is read.
     :param conf: the backfill's run configuration (overrides the DAG's params, as Airflow does).
     """
-    from airflow_provider_dltrain.lake import history_index
     from airflow_provider_dltrain.utils.snapshot import snapshot
 
     order, env = _ordered(dag), _template_env(dag)
     params = {**_params(dag), **dict(conf or {})}  # validated once, not once per date
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
     # one registry search per question and one read of each table's history for the whole range
-    with snapshot(), history_index.one_state():
+    with snapshot():
         dates = [plan_date(dag, ds, (runs or {}).get(ds), params, order, env) for ds in days]
     return BackfillPlan(dag.dag_id, dates)
 

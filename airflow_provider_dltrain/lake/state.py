@@ -3,7 +3,8 @@
 Inside :func:`one_state` a table's history index is loaded once (:func:`.history_index.load` keeps it,
 and reads again only for a version it does not hold) and the log's immutable files a partition check
 reads (commit files, checkpoints) are parsed once; outside it nothing is kept, so a task's own run
-always reads the table afresh. The plan reads one state of the lake, as a user reads one page.
+always reads the table afresh. The plan reads one state of the lake, as a user reads one page
+(:func:`airflow_provider_dltrain.utils.snapshot.snapshot` is this block, for the registry's answers too).
 """
 
 from __future__ import annotations

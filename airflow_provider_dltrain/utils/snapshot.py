@@ -1,37 +1,32 @@
 """One read of a store per question while a plan looks at many dates: answers kept for one block.
 
 A backfill plan asks the registry the same questions for every date (the versions promoted for
-cut-offs in the date's month, the tracking store a connection names). Inside :func:`snapshot` the
-first answer to a question is kept and given again; outside it nothing is kept, so a task's own run
-always reads the store afresh. The plan reads one state of the stores, as a user reads one page.
+cut-offs in the date's month, the tracking store a connection names) and reads the same tables'
+history for every date. Inside :func:`snapshot` the first answer to a question is kept and given
+again, and each table is read in one state (:mod:`airflow_provider_dltrain.lake.state`: the same
+block); outside it nothing is kept, so a task's own run always reads the stores afresh. The plan
+reads one state of the stores, as a user reads one page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+from airflow_provider_dltrain.lake.state import kept, one_state
+
 T = TypeVar("T")
-_ANSWERS: ContextVar[dict[Hashable, Any] | None] = ContextVar("dltrain_snapshot", default=None)
 
-
-@contextmanager
-def snapshot() -> Iterator[None]:
-    """Within the block, :func:`remembered` answers each question once."""
-    token = _ANSWERS.set({})
-    try:
-        yield
-    finally:
-        _ANSWERS.reset(token)
+#: The block: the lake's one state and the questions asked of the other stores share it.
+snapshot = one_state
 
 
 def remembered(question: Hashable, answer: Callable[[], T]) -> T:
     """``answer()``, or inside :func:`snapshot` the answer this question got first there."""
-    answers = _ANSWERS.get()
+    answers: dict[Any, Any] | None = kept()
     if answers is None:
         return answer()
-    if question not in answers:
-        answers[question] = answer()
-    return answers[question]  # type: ignore[no-any-return]
+    key = ("remembered", question)
+    if key not in answers:
+        answers[key] = answer()
+    return answers[key]  # type: ignore[no-any-return]
