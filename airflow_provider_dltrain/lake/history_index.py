@@ -575,10 +575,6 @@ def _infer_snapshot(
     index.indexed = version
 
 
-# a backfill plan's block: each table's index read once (see lake.state)
-one_state = state.one_state
-
-
 def load(
     uri: str,
     storage_options: StorageOptions | None = None,
@@ -590,7 +586,7 @@ def load(
     """The table's history index, caught up to ``newest`` (default the newest version); None: no table.
 
     The index may hold versions after ``newest`` (its head is further on): readers ask for what
-    they need as of a version. Inside :func:`one_state` a table's index is read once.
+    they need as of a version. Inside :func:`.state.one_state` a table's index is read once.
 
     :param persist: write what was caught up (new commit records and the head) back to the table.
         The provider's writers and maintenance do; readers never write.

@@ -260,59 +260,52 @@ class DeltaLog:
     ) -> set[str] | None:
         """Paths of the checkpoint's ``add`` actions in the wanted partition (matched in Arrow).
 
-        Inside a :func:`~.state.one_state` block a checkpoint's adds are read once, all row groups."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        Reads only the row groups whose statistics may hold the wanted values; inside a
+        :func:`~.state.one_state` block, every row group once for all the partitions asked about."""
         names = self._checkpoint_names(checkpoint)
         if names is None:
             return None
         kept = state.kept()
-        if kept is not None:
+        if kept is None:
+            adds = self._checkpoint_adds(names, wanted)
+        else:
             question = ("checkpoint adds", self.uri, tuple(names))
             if question not in kept:
-                kept[question] = self._checkpoint_adds(names)
+                kept[question] = self._checkpoint_adds(names, None)
             adds = kept[question]
-            if adds is None:
-                return None
-            found_all: set[str] = set()
-            for add in adds:
-                found = _paths_in_partition(add, wanted)
-                if found is None:
-                    return None
-                found_all.update(found)
-            return found_all
+        if adds is None:
+            return None
         paths: set[str] = set()
-        for name in names:
-            try:
-                # ParquetFile: a quarter of read_table's fixed cost, which dominates small files
-                with self._fs.open_input_file(join(self._log, name)) as handle:
-                    checkpoint_file = pq.ParquetFile(handle)
-                    groups = _groups_that_may_hold(checkpoint_file.metadata, wanted)
-                    if not groups:  # e.g. waiting for a date later than every date in the table
-                        continue
-                    table = checkpoint_file.read_row_groups(
-                        groups, columns=["add.path", "add.partitionValues"], use_threads=False
-                    )
-                found = _paths_in_partition(table.column("add").combine_chunks(), wanted)
-            except (OSError, KeyError, AttributeError, ValueError, pa.ArrowException):
-                return None
+        for add in adds:
+            found = _paths_in_partition(add, wanted)
             if found is None:
                 return None
             paths.update(found)
         return paths
 
-    def _checkpoint_adds(self, names: Sequence[str]) -> list[Any] | None:
-        """Every checkpoint part's ``add`` column (path, partition values); None: unreadable."""
+    def _checkpoint_adds(
+        self, names: Sequence[str], wanted: Sequence[tuple[str, str]] | None
+    ) -> list[Any] | None:
+        """Each checkpoint part's ``add`` column (path, partition values): the row groups that may
+        hold ``wanted`` (every row group with None); None: unreadable."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         adds = []
         for name in names:
             try:
+                # ParquetFile: a quarter of read_table's fixed cost, which dominates small files
                 with self._fs.open_input_file(join(self._log, name)) as handle:
-                    table = pq.ParquetFile(handle).read(
-                        columns=["add.path", "add.partitionValues"], use_threads=False
+                    checkpoint_file = pq.ParquetFile(handle)
+                    groups = (
+                        list(range(checkpoint_file.num_row_groups))
+                        if wanted is None
+                        else _groups_that_may_hold(checkpoint_file.metadata, wanted)
+                    )
+                    if not groups:  # e.g. waiting for a date later than every date in the table
+                        continue
+                    table = checkpoint_file.read_row_groups(
+                        groups, columns=["add.path", "add.partitionValues"], use_threads=False
                     )
                 adds.append(table.column("add").combine_chunks())
             except (OSError, KeyError, AttributeError, ValueError, pa.ArrowException):

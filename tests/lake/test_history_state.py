@@ -1,4 +1,4 @@
-"""history_index.one_state: a plan over many dates reads each table's history once, and never an older
+"""lake.state.one_state: a plan over many dates reads each table's history once, and never an older
 state than a reader asks for."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from airflow_provider_dltrain import lake
-from airflow_provider_dltrain.lake import history_index
+from airflow_provider_dltrain.lake import history_index, state
 from airflow_provider_dltrain.lake.history import cutoff_commit
 
 
@@ -28,7 +28,7 @@ def test_inside_one_state_a_table_is_read_once_and_a_newer_version_or_the_newest
         return real(*args)
 
     monkeypatch.setattr(history_index, "_load", counted)
-    with history_index.one_state():
+    with state.one_state():
         index = history_index.load(uri, newest=first.version)
         assert history_index.load(uri, newest=first.version) is index
         assert history_index.load(uri + "/", newest=0) is index
@@ -73,7 +73,7 @@ def test_inside_one_state_a_partition_check_reads_each_commit_file_and_checkpoin
         return real(self, path)
 
     monkeypatch.setattr(DeltaLog, "_read_text", counted)
-    with history_index.one_state():
+    with state.one_state():
         inside = [has_partition(uri, version, {"ds": d}) for d in days]
         commits = [r for r in reads if r.endswith(".json") and "_last_checkpoint" not in r]
         assert inside == outside and len(commits) == len(set(commits)) == 4  # the checkpoint's commit on
