@@ -1,7 +1,9 @@
 """Where a stage runs: one protocol, one adapter per service (the job's own side is ``jobs/``). No Airflow.
 
-``get_engine(name, clients, **options)`` builds an adapter; ``clients(service)`` returns a boto3
-client (the Airflow layer makes them from an ``aws`` connection, a notebook from a boto3 session).
+``get_engine(name, clients, options)`` builds an adapter from its options object (or a mapping of
+them); ``clients(service)`` returns a boto3 client (the Airflow layer makes them from an ``aws``
+connection, a notebook from a boto3 session). Which names exist and what each runs is one table,
+:mod:`~airflow_provider_dltrain.engines.placement`.
 """
 
 from __future__ import annotations
@@ -21,133 +23,94 @@ from airflow_provider_dltrain.engines.base import (
     outcome,
     wait,
 )
+from airflow_provider_dltrain.engines.placement import (
+    LOCAL,
+    STAGE,
+    TRAINING,
+    Options,
+    build,
+    names,
+    options_dict,
+    place,
+)
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
-LOCAL = "local"
-
-
-def _factories() -> dict[str, Callable[..., Engine]]:
-    from airflow_provider_dltrain.engines.emr import EmrEngine
-    from airflow_provider_dltrain.engines.emr_serverless import EmrServerlessEngine
-    from airflow_provider_dltrain.engines.glue import GlueEngine
-    from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingEngine
-    from airflow_provider_dltrain.engines.spark_submit import SparkSubmitEngine
-
-    return {
-        GlueEngine.name: GlueEngine,
-        SageMakerProcessingEngine.name: SageMakerProcessingEngine,
-        EmrEngine.name: EmrEngine,
-        EmrServerlessEngine.name: EmrServerlessEngine,
-        SparkSubmitEngine.name: SparkSubmitEngine,
-        **_training_factories(),
-    }
-
-
-def _training_factories() -> dict[str, Callable[..., Engine]]:
-    """Engines that run training jobs (a ``TrainJobSpec``): ``TrainModelOperator(backend=name)``."""
-    from airflow_provider_dltrain.engines.ec2 import Ec2Engine
-    from airflow_provider_dltrain.engines.kubeflow import KubeflowEngine
-    from airflow_provider_dltrain.engines.ray_jobs import RayEngine
-    from airflow_provider_dltrain.engines.sagemaker import SageMakerEngine
-
-    return {
-        SageMakerEngine.name: SageMakerEngine,
-        Ec2Engine.name: Ec2Engine,
-        RayEngine.name: RayEngine,
-        KubeflowEngine.name: KubeflowEngine,
-    }
-
-
-# ``ec2`` runs a stage on one instance (Spark local[*]) with the EC2 engine training uses.
-ENGINE_NAMES = (LOCAL, "glue", "emr", "emr_serverless", "spark_submit", "sagemaker_processing", "ec2")
-# ``TrainModelOperator(backend=...)`` names that run the training function as a job elsewhere.
-TRAINING_ENGINE_NAMES = ("sagemaker", "ec2", "ray", "kubeflow")
+# what users may write: engine= of a stage, backend= of TrainModelOperator that runs as a job elsewhere
+ENGINE_NAMES = names(STAGE)
+TRAINING_ENGINE_NAMES = names(TRAINING, remote=True)
 
 
 def check_engine_name(name: str) -> None:
     """Refuse an unknown engine name, listing the known ones (templated names are checked at run time)."""
     if "{{" in str(name):
         return
-    if name not in ENGINE_NAMES:
-        raise InvalidSpecError(f"engine={name!r} is not available; choose one of {ENGINE_NAMES}")
+    place(name, STAGE)
 
 
-def options_class(name: str) -> type | None:
+def options_class(name: str) -> type[Options] | None:
     """The frozen dataclass of engine ``name``'s options (``GlueOptions``...); ``None`` for ``local``."""
-    from airflow_provider_dltrain.engines.ec2 import Ec2Options
-    from airflow_provider_dltrain.engines.emr import EmrOptions
-    from airflow_provider_dltrain.engines.emr_serverless import EmrServerlessOptions
-    from airflow_provider_dltrain.engines.glue import GlueOptions
-    from airflow_provider_dltrain.engines.kubeflow import KubeflowOptions
-    from airflow_provider_dltrain.engines.ray_jobs import RayOptions
-    from airflow_provider_dltrain.engines.sagemaker import SageMakerOptions
-    from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingOptions
-    from airflow_provider_dltrain.engines.spark_submit import SparkSubmitOptions
+    from airflow_provider_dltrain.engines.placement import PLACES
 
-    classes: dict[str, type] = {
-        "glue": GlueOptions,
-        "emr": EmrOptions,
-        "emr_serverless": EmrServerlessOptions,
-        "spark_submit": SparkSubmitOptions,
-        "sagemaker": SageMakerOptions,
-        "sagemaker_processing": SageMakerProcessingOptions,
-        "ec2": Ec2Options,
-        "ray": RayOptions,
-        "kubeflow": KubeflowOptions,
-    }
-    return classes.get(name)
+    where = PLACES.get(name)
+    return where.options_class() if where is not None else None
 
 
-def options_dict(options: Any) -> dict[str, Any]:
-    """``options`` as keyword arguments: a mapping as it is, an options dataclass field by field."""
-    if options is None:
-        return {}
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    return dict(options)
+def check_engine_options(name: Any, options: Any, *, what: str = "engine") -> Any:
+    """``options`` as place ``name``'s options object, names and values checked: an unknown option is
+    refused naming it and the valid ones, a missing or bad value naming the option (an options object
+    of another place is refused the same way).
+
+    This runs where the DAG is defined. A templated name or a Jinja string of options is kept as it
+    is, and a mapping with a Jinja value keeps its form with its names checked: their values are
+    checked when they are rendered and the engine is built. A place without an options class (``local``
+    stages, a backend registered under a name of its own): the options as a mapping."""
+    if not isinstance(name, str) or "{{" in name or isinstance(options, str):
+        return options if options is not None else {}
+    from airflow_provider_dltrain.engines.placement import PLACES
+
+    where = PLACES.get(name)
+    in_process_stage = what == "engine" and where is not None and not where.remote  # takes no options
+    if where is None or where.options_class() is None or in_process_stage:
+        return options_dict(options)
+    if _templated(options):
+        given = options_dict(options)
+        _check_names(where, given, what)
+        return given
+    return where.options_of(options, what=what)
 
 
-def check_engine_options(name: Any, options: Any, *, what: str = "engine") -> None:
-    """Refuse an option engine ``name`` does not take, naming it and listing the valid ones.
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        return any(_templated(v) for v in options_dict(value).values())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    return False
 
-    Checked where the DAG is defined; a templated name or options (a Jinja string) are checked when
-    the engine is built. An options dataclass of another engine is refused the same way.
-    """
-    if not isinstance(name, str) or "{{" in name or isinstance(options, str) or not options:
-        return
-    cls = options_class(name)
-    if cls is None:
-        return
-    valid = sorted(f.name for f in dataclasses.fields(cls))
-    given = options_dict(options) if not isinstance(options, Mapping) else options
+
+def _check_names(where: Any, given: Mapping[str, Any], what: str) -> None:
+    valid = sorted(f.name for f in dataclasses.fields(where.options_class()))
     for key in sorted(given, key=str):
         if key not in valid:
             raise InvalidSpecError(
-                f"unknown {what} option {key!r} for {what} {name!r}; valid: {', '.join(valid)}"
+                f"unknown {what} option {key!r} for {what} {where.name!r}; valid: {', '.join(valid)}"
             )
 
 
 def get_engine(name: str, clients: Callable[[str], Any], options: Any = None) -> Engine:
-    """The adapter ``name`` configured with ``options`` (a dict, or the engine's options dataclass);
+    """The adapter ``name`` configured with ``options`` (a mapping, or the engine's options object);
     bad options name the engine and the problem."""
-    if name not in TRAINING_ENGINE_NAMES:
-        check_engine_name(name)
-    factory = _factories().get(name)
-    if factory is None:
-        raise InvalidSpecError(f"engine={name!r} runs in-process and has no adapter")
-    options = options_dict(options)
-    try:
-        return factory(clients, **options)
-    except TypeError as err:
-        raise InvalidSpecError(
-            f"engine_options {sorted(options or {})} do not fit engine {name!r}: {err}"
-        ) from err
+    return build(name, clients, options)  # type: ignore[no-any-return]
 
 
 __all__ = [
     "ENGINE_NAMES",
     "LOCAL",
+    "STAGE",
+    "TRAINING",
+    "Options",
     "TRAINING_ENGINE_NAMES",
     "TERMINAL",
     "Engine",

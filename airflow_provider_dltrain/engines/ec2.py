@@ -45,6 +45,7 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     render_user_data,
     ssh_key_pair,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import Stager
@@ -58,8 +59,36 @@ GONE = {"shutting-down", "terminated", "stopping", "stopped"}
 
 
 @dataclass(frozen=True)
-class Ec2Options:
-    """``engine_options`` of :class:`Ec2Engine`, typed: the keyword arguments its constructor takes."""
+class Ec2Options(Options):
+    """``backend_options`` of ``backend="ec2"`` and ``engine_options`` of ``engine="ec2"`` (:class:`Ec2Engine`).
+
+    :param staging_uri: ``s3://`` prefix for the spec, code, markers, logs (and a Horovod run's key).
+    :param instance_type: e.g. ``"g5.xlarge"``; every node gets the same.
+    :param instance_count: number of nodes (rank 0 is the master / the horovodrun launcher).
+    :param procs_per_node: ranks per node (GPUs per instance on GPU types).
+    :param launcher: ``"torchrun"`` or ``"horovodrun"``.
+    :param horovod_controller: how ``horovodrun`` starts the other nodes' ranks: ``"gloo"`` (its own
+        runner over SSH) or ``"mpi"`` (``mpirun`` over SSH: the AMI needs Open MPI and a Horovod built
+        with MPI).
+    :param image_id: AMI id; default resolved from ``ami_parameter`` (an SSM public parameter).
+    :param ami_parameter: the SSM parameter holding the AMI id (default: Amazon Linux 2023; a Deep
+        Learning AMI's parameter is better for GPUs).
+    :param instance_profile: instance profile name or ARN: the role the job runs as (S3, MLflow secret).
+    :param subnet_id: subnet of every node (one subnet keeps the nodes close).
+    :param security_group_ids: must allow all TCP between the nodes (rendezvous, NCCL/gloo, SSH).
+    :param max_minutes: dead-man switch: every instance shuts down (and terminates) after this.
+    :param master_port: rank 0's rendezvous port.
+    :param setup_commands: shell lines run before the launcher (``source /opt/venv/bin/activate``).
+    :param python: the Python on the AMI with torch, boto3 and the job's libraries.
+    :param env: plain environment variables of the job (never secrets).
+    :param secret_env: ``{VARIABLE: secret id}`` read from Secrets Manager on the node.
+    :param key_name: an EC2 key pair for logging in while debugging (not needed to run).
+    :param tracking_secret: Secrets Manager secret (name/ARN) holding the MLflow credentials as JSON,
+        read by the job with the instance profile. Required when the ``mlflow`` connection has
+        credentials: user data is readable by anyone allowed ``ec2:DescribeInstanceAttribute``.
+    :param run_instances: more ``RunInstances`` fields (``BlockDeviceMappings``, ``InstanceMarketOptions``).
+    :param region: for console links (default: the connection's).
+    """
 
     staging_uri: str
     instance_type: str = "m5.xlarge"
@@ -83,107 +112,55 @@ class Ec2Options:
     run_instances: Mapping[str, Any] | None = None
     region: str | None = None
 
+    def check(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise InvalidSpecError(f"ec2 launcher must be one of {LAUNCHERS}, got {self.launcher!r}")
+        if self.horovod_controller not in CONTROLLERS:
+            raise InvalidSpecError(
+                f"ec2 horovod_controller must be one of {CONTROLLERS}, got {self.horovod_controller!r}"
+            )
+        if int(self.instance_count) < 1 or int(self.procs_per_node) < 1 or int(self.max_minutes) < 1:
+            raise InvalidSpecError("ec2 instance_count, procs_per_node and max_minutes must be >= 1")
+        if not str(self.staging_uri).startswith(("s3://", "s3a://")):
+            raise InvalidSpecError("ec2 staging_uri must be an s3:// prefix the instances can read")
+        self._set(
+            instance_count=int(self.instance_count),
+            procs_per_node=int(self.procs_per_node),
+            security_group_ids=tuple(self.security_group_ids),
+            max_minutes=int(self.max_minutes),
+            master_port=int(self.master_port),
+            setup_commands=tuple(self.setup_commands),
+            env=dict(self.env or {}),
+            secret_env=dict(self.secret_env or {}),
+            run_instances=dict(self.run_instances or {}),
+        )
+
 
 class Ec2Engine(TrainingEngine):
-    """Run a training job on ``instance_count`` fresh EC2 instances, one node plan each.
+    """Run a training job on ``instance_count`` fresh EC2 instances, one node plan each (options:
+    :class:`Ec2Options`).
 
     Each node runs ``job_script.py --spec <uri> --code <uri>`` under its launcher, the same entry
     as every other engine (a ``TrainJobSpec`` makes it train one rank).
-
-    :param staging_uri: ``s3://`` prefix for the spec, code, markers, logs (and a Horovod run's key).
-    :param instance_type: e.g. ``"g5.xlarge"``; every node gets the same.
-    :param instance_count: number of nodes (rank 0 is the master / the horovodrun launcher).
-    :param procs_per_node: ranks per node (GPUs per instance on GPU types).
-    :param launcher: ``"torchrun"`` or ``"horovodrun"``.
-    :param horovod_controller: how ``horovodrun`` starts the other nodes' ranks: ``"gloo"`` (its own
-        runner over SSH) or ``"mpi"`` (``mpirun`` over SSH: the AMI needs Open MPI and a Horovod built
-        with MPI).
-    :param image_id: AMI id; default resolved from ``ami_parameter`` (an SSM public parameter).
-    :param instance_profile: instance profile name or ARN: the role the job runs as (S3, MLflow secret).
-    :param subnet_id: subnet of every node (one subnet keeps the nodes close).
-    :param security_group_ids: must allow all TCP between the nodes (rendezvous, NCCL/gloo, SSH).
-    :param max_minutes: dead-man switch: every instance shuts down (and terminates) after this.
-    :param setup_commands: shell lines run before the launcher (``source /opt/venv/bin/activate``).
-    :param python: the Python on the AMI with torch, boto3 and the job's libraries.
-    :param env: plain environment variables of the job (never secrets).
-    :param secret_env: ``{VARIABLE: secret id}`` read from Secrets Manager on the node.
-    :param tracking_secret: Secrets Manager secret (name/ARN) holding the MLflow credentials as JSON,
-        read by the job with the instance profile. Required when the ``mlflow`` connection has
-        credentials: user data is readable by anyone allowed ``ec2:DescribeInstanceAttribute``.
-    :param key_name: an EC2 key pair for logging in while debugging (not needed to run).
-    :param run_instances: more ``RunInstances`` fields (``BlockDeviceMappings``, ``InstanceMarketOptions``).
     """
 
     name = "ec2"
 
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        instance_type: str = "m5.xlarge",
-        instance_count: int = 2,
-        procs_per_node: int = 1,
-        launcher: str = "torchrun",
-        horovod_controller: str = "gloo",
-        image_id: str | None = None,
-        ami_parameter: str = DEFAULT_AMI_PARAMETER,
-        instance_profile: str | None = None,
-        subnet_id: str | None = None,
-        security_group_ids: Sequence[str] = (),
-        max_minutes: int = 240,
-        master_port: int = 29500,
-        setup_commands: Sequence[str] = (),
-        python: str = "python3",
-        env: Mapping[str, str] | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        key_name: str | None = None,
-        tracking_secret: str | None = None,
-        run_instances: Mapping[str, Any] | None = None,
-        region: str | None = None,
-    ) -> None:
-        if launcher not in LAUNCHERS:
-            raise InvalidSpecError(f"ec2 launcher must be one of {LAUNCHERS}, got {launcher!r}")
-        if horovod_controller not in CONTROLLERS:
-            raise InvalidSpecError(
-                f"ec2 horovod_controller must be one of {CONTROLLERS}, got {horovod_controller!r}"
-            )
-        if int(instance_count) < 1 or int(procs_per_node) < 1 or int(max_minutes) < 1:
-            raise InvalidSpecError("ec2 instance_count, procs_per_node and max_minutes must be >= 1")
+    def __init__(self, clients: Any, options: Ec2Options | Mapping[str, Any]) -> None:
+        self.options = Ec2Options.of(options)
         self.clients = clients
         self.ec2 = clients("ec2")
-        self.stager = Stager(staging_uri, clients("s3"))
-        if not self.stager.remote:
-            raise InvalidSpecError("ec2 staging_uri must be an s3:// prefix the instances can read")
-        self.instance_type = instance_type
-        self.instance_count = int(instance_count)
-        self.procs_per_node = int(procs_per_node)
-        self.launcher = launcher
-        self.horovod_controller = horovod_controller
-        self.image_id = image_id
-        self.ami_parameter = ami_parameter
-        self.instance_profile = instance_profile
-        self.subnet_id = subnet_id
-        self.security_group_ids = list(security_group_ids)
-        self.max_minutes = int(max_minutes)
-        self.master_port = int(master_port)
-        self.setup_commands = list(setup_commands)
-        self.python = python
-        self.env = dict(env or {})
-        self.secret_env = dict(secret_env or {})
-        self.key_name = key_name
-        self.extra = dict(run_instances or {})
-        self.tracking_secret = tracking_secret
-        self.region = region
+        self.stager = Stager(self.options.staging_uri, clients("s3"))
+        self.env = dict(self.options.env or {})  # the job's, with the tracking secret's name once known
 
     @property
     def world_size(self) -> int:
-        return self.instance_count * self.procs_per_node
+        return self.options.instance_count * self.options.procs_per_node
 
     def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
         """Only a secret's name goes into the user data, never the credentials themselves."""
-        env = job_tracking_env(credentials, self.tracking_secret)
-        if env and not self.tracking_secret:
+        env = job_tracking_env(credentials, self.options.tracking_secret)
+        if env and not self.options.tracking_secret:
             raise InvalidSpecError(
                 "the mlflow connection has credentials, and EC2 user data is readable by anyone allowed "
                 "ec2:DescribeInstanceAttribute: store them in Secrets Manager as JSON "
@@ -194,13 +171,15 @@ class Ec2Engine(TrainingEngine):
 
     # -- launching ---------------------------------------------------------------------------------
     def resolve_image(self) -> str:
-        if self.image_id:
-            return self.image_id
+        if self.options.image_id:
+            return self.options.image_id
         try:
-            return str(self.clients("ssm").get_parameter(Name=self.ami_parameter)["Parameter"]["Value"])
+            return str(
+                self.clients("ssm").get_parameter(Name=self.options.ami_parameter)["Parameter"]["Value"]
+            )
         except Exception as err:
             raise InvalidSpecError(
-                f"cannot resolve the AMI from SSM parameter {self.ami_parameter!r} ({err}); "
+                f"cannot resolve the AMI from SSM parameter {self.options.ami_parameter!r} ({err}); "
                 "give engine option image_id or another ami_parameter"
             ) from err
 
@@ -236,7 +215,7 @@ class Ec2Engine(TrainingEngine):
 
         ``count`` and ``launcher`` default to the options' (a training cluster); a stage run has one
         node under ``python``."""
-        count, launcher = count or self.instance_count, launcher or self.launcher
+        count, launcher = count or self.options.instance_count, launcher or self.options.launcher
         found = {int(i["rank"]): i for i in self._instances(job)}
         public_key = self._public_key(run_uri, fresh=0 not in found) if launcher == HOROVODRUN else None
         image = self.resolve_image() if len(found) < count else ""
@@ -264,24 +243,24 @@ class Ec2Engine(TrainingEngine):
         count: int | None = None,
         launcher: str | None = None,
     ) -> NodePlan:
-        launcher = launcher or self.launcher
+        launcher = launcher or self.options.launcher
         return NodePlan(
             job_name=job,
             node_rank=rank,
-            num_nodes=count or self.instance_count,
-            procs_per_node=self.procs_per_node if launcher != PYTHON else 1,
+            num_nodes=count or self.options.instance_count,
+            procs_per_node=self.options.procs_per_node if launcher != PYTHON else 1,
             master_addr=master,
-            master_port=self.master_port,
+            master_port=self.options.master_port,
             launcher=launcher,
-            controller=self.horovod_controller,
+            controller=self.options.horovod_controller,
             entry=entry,
             run_uri=run_uri,
             status_uri=f"{run_uri}/status.json",
             hosts_uri=f"{run_uri}/hosts.json",
             ssh_key_uri=f"{run_uri}/ssh/id_ed25519",
-            wait_s=float(self.max_minutes * 60),
+            wait_s=float(self.options.max_minutes * 60),
             env=self.env,
-            secret_env=self.secret_env,
+            secret_env=self.options.secret_env,
         )
 
     def _public_key(self, run_uri: str, *, fresh: bool) -> str:
@@ -298,9 +277,9 @@ class Ec2Engine(TrainingEngine):
     def user_data(self, plan: NodePlan, public_key: str | None = None) -> str:
         return render_user_data(
             plan,
-            max_minutes=self.max_minutes,
-            python=self.python,
-            setup_commands=self.setup_commands,
+            max_minutes=self.options.max_minutes,
+            python=self.options.python,
+            setup_commands=self.options.setup_commands,
             ssh_public_key=public_key,
         )
 
@@ -312,9 +291,9 @@ class Ec2Engine(TrainingEngine):
         tags.update({MANAGED_TAG: "true", "Name": f"{plan.job_name}-{plan.node_rank}"})
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         request: dict[str, Any] = {
-            **self.extra,
+            **self.options.run_instances,
             "ImageId": image,
-            "InstanceType": self.instance_type,
+            "InstanceType": self.options.instance_type,
             "MinCount": 1,
             "MaxCount": 1,
             "UserData": self.user_data(plan, public_key),
@@ -325,15 +304,15 @@ class Ec2Engine(TrainingEngine):
                 {"ResourceType": "volume", "Tags": tag_list},
             ],
         }
-        if self.instance_profile:
-            key = "Arn" if self.instance_profile.startswith("arn:") else "Name"
-            request["IamInstanceProfile"] = {key: self.instance_profile}
-        if self.subnet_id:
-            request["SubnetId"] = self.subnet_id
-        if self.security_group_ids:
-            request["SecurityGroupIds"] = self.security_group_ids
-        if self.key_name:
-            request["KeyName"] = self.key_name
+        if self.options.instance_profile:
+            key = "Arn" if self.options.instance_profile.startswith("arn:") else "Name"
+            request["IamInstanceProfile"] = {key: self.options.instance_profile}
+        if self.options.subnet_id:
+            request["SubnetId"] = self.options.subnet_id
+        if self.options.security_group_ids:
+            request["SecurityGroupIds"] = list(self.options.security_group_ids)
+        if self.options.key_name:
+            request["KeyName"] = self.options.key_name
         return request
 
     def _launch(
@@ -389,9 +368,9 @@ class Ec2Engine(TrainingEngine):
 
     def _handle(self, job: str, instance_ids: list[str], result_uri: str) -> JobHandle:
         url = None
-        if self.region:
+        if self.options.region:
             url = (
-                f"https://{self.region}.console.aws.amazon.com/ec2/home?region={self.region}"
+                f"https://{self.options.region}.console.aws.amazon.com/ec2/home?region={self.options.region}"
                 f"#Instances:tag:{JOB_TAG}={job}"
             )
         ids = {"job_name": job, "instance_ids": instance_ids}
@@ -431,7 +410,7 @@ class Ec2Engine(TrainingEngine):
             FAILED,
             f"instance {instance['state']}",
             f"EC2 instance {instance_id} (node {instance['rank']}) is {instance['state']} before the job "
-            f"finished ({reason}): a spot reclaim, the {self.max_minutes}-minute dead-man switch or a "
+            f"finished ({reason}): a spot reclaim, the {self.options.max_minutes}-minute dead-man switch or a "
             f"crash; its log, if any, is {run_uri}/logs/node-{instance['rank']}.log",
         )
 

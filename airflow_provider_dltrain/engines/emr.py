@@ -24,6 +24,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
@@ -43,8 +44,19 @@ ACTIVE_STEP = ["PENDING", "RUNNING", "CANCEL_PENDING"]
 
 
 @dataclass(frozen=True)
-class EmrOptions:
-    """``engine_options`` of :class:`EmrEngine`, typed: the keyword arguments its constructor takes."""
+class EmrOptions(Options):
+    """``engine_options`` of ``engine="emr"`` (:class:`EmrEngine`).
+
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param cluster_id: an existing cluster (``j-…``); without it each run creates a transient cluster.
+    :param job_flow: the ``RunJobFlow`` request of the transient cluster (``ReleaseLabel``,
+        ``Instances``, ``JobFlowRole``, ``ServiceRole``, ``LogUri``, …); ``Name``, ``Steps``,
+        ``Tags`` and ``KeepJobFlowAliveWhenNoSteps`` are set here.
+    :param venv_archive_uri: ``s3://…/venv.tar.gz`` made with venv-pack (Python with deltalake,
+        pyarrow, torch, mlflow); sets ``spark.pyspark.python`` to its interpreter.
+    :param spark_submit_args: more ``spark-submit`` arguments (``--conf k=v``, ``--executor-memory``).
+    :param region: for console links (default: the connection's).
+    """
 
     staging_uri: str
     cluster_id: str | None = None
@@ -53,44 +65,24 @@ class EmrOptions:
     spark_submit_args: Sequence[str] = ()
     region: str | None = None
 
-
-class EmrEngine(StagedResults):
-    """Run stages as EMR steps.
-
-    :param cluster_id: an existing cluster (``j-…``); without it each run creates a transient cluster.
-    :param job_flow: the ``RunJobFlow`` request of the transient cluster (``ReleaseLabel``,
-        ``Instances``, ``JobFlowRole``, ``ServiceRole``, ``LogUri``, …); ``Name``, ``Steps``,
-        ``Tags`` and ``KeepJobFlowAliveWhenNoSteps`` are set here.
-    :param venv_archive_uri: ``s3://…/venv.tar.gz`` made with venv-pack (Python with deltalake,
-        pyarrow, torch, mlflow); sets ``spark.pyspark.python`` to its interpreter.
-    :param spark_submit_args: more ``spark-submit`` arguments (``--conf k=v``, ``--executor-memory``).
-    """
-
-    name = "emr"
-
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        cluster_id: str | None = None,
-        job_flow: Mapping[str, Any] | None = None,
-        venv_archive_uri: str | None = None,
-        spark_submit_args: Sequence[str] = (),
-        region: str | None = None,
-    ) -> None:
-        if not cluster_id and not job_flow:
+    def check(self) -> None:
+        if not self.cluster_id and not self.job_flow:
             raise InvalidSpecError(
                 "emr needs cluster_id (an existing cluster) or job_flow (a RunJobFlow request for a "
                 "transient cluster per run)"
             )
+        self._set(job_flow=dict(self.job_flow or {}), spark_submit_args=tuple(self.spark_submit_args))
+
+
+class EmrEngine(StagedResults):
+    """Run stages as EMR steps (options: :class:`EmrOptions`)."""
+
+    name = "emr"
+
+    def __init__(self, clients: Any, options: EmrOptions | Mapping[str, Any]) -> None:
+        self.options = EmrOptions.of(options)
         self.emr = clients("emr")
-        self.stager = Stager(staging_uri, clients("s3"))
-        self.cluster_id = cluster_id
-        self.job_flow = dict(job_flow or {})
-        self.venv_archive_uri = venv_archive_uri
-        self.spark_submit_args = list(spark_submit_args)
-        self.region = region
+        self.stager = Stager(self.options.staging_uri, clients("s3"))
 
     def stage(self, spec: RunSpec) -> StagedRun:
         return self.stager.stage(spec)
@@ -98,17 +90,17 @@ class EmrEngine(StagedResults):
     def step(self, staged: StagedRun) -> dict[str, Any]:
         """The ``StepConfig`` running the job script through ``spark-submit``."""
         args = ["spark-submit", "--deploy-mode", "client"]
-        if self.venv_archive_uri:
+        if self.options.venv_archive_uri:
             args += [
                 "--archives",
-                f"{self.venv_archive_uri}#environment",
+                f"{self.options.venv_archive_uri}#environment",
                 "--conf",
                 "spark.pyspark.python=./environment/bin/python",
                 "--conf",
                 "spark.pyspark.driver.python=./environment/bin/python",
             ]
         args += [
-            *self.spark_submit_args,
+            *self.options.spark_submit_args,
             staged.script_uri,
             "--spec",
             staged.spec_uri,
@@ -117,21 +109,23 @@ class EmrEngine(StagedResults):
         ]
         return {
             "Name": staged.spec.identity.job_name,
-            "ActionOnFailure": "CONTINUE" if self.cluster_id else "TERMINATE_CLUSTER",
+            "ActionOnFailure": "CONTINUE" if self.options.cluster_id else "TERMINATE_CLUSTER",
             "HadoopJarStep": {"Jar": "command-runner.jar", "Args": args},
         }
 
     def submit(self, staged: StagedRun) -> JobHandle:
         step = self.step(staged)
         tags = [{"Key": k, "Value": v} for k, v in staged.spec.identity.tags().items()]
-        if self.cluster_id:
-            step_id = self.emr.add_job_flow_steps(JobFlowId=self.cluster_id, Steps=[step])["StepIds"][0]
-            return self._handle(self.cluster_id, step_id, staged.result_uri, transient=False)
+        if self.options.cluster_id:
+            step_id = self.emr.add_job_flow_steps(JobFlowId=self.options.cluster_id, Steps=[step])["StepIds"][
+                0
+            ]
+            return self._handle(self.options.cluster_id, step_id, staged.result_uri, transient=False)
         request = {
-            **self.job_flow,
+            **self.options.job_flow,
             "Name": staged.spec.identity.job_name,
             "Steps": [step],
-            "Tags": [*self.job_flow.get("Tags", []), *tags],
+            "Tags": [*self.options.job_flow.get("Tags", []), *tags],
         }
         request["Instances"] = {**request.get("Instances", {}), "KeepJobFlowAliveWhenNoSteps": False}
         cluster_id = self.emr.run_job_flow(**request)["JobFlowId"]
@@ -140,9 +134,9 @@ class EmrEngine(StagedResults):
 
     def _handle(self, cluster_id: str, step_id: str, result_uri: str, *, transient: bool) -> JobHandle:
         url = None
-        if self.region:
+        if self.options.region:
             url = (
-                f"https://{self.region}.console.aws.amazon.com/emr/home?region={self.region}"
+                f"https://{self.options.region}.console.aws.amazon.com/emr/home?region={self.options.region}"
                 f"#/clusterDetails/{cluster_id}"
             )
         created = {"cluster_id": cluster_id} if transient else {}
@@ -150,8 +144,8 @@ class EmrEngine(StagedResults):
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         prefix = identity.job_name.rsplit("-", 1)[0] + "-"
-        if self.cluster_id:
-            return self._find_step(self.cluster_id, prefix, transient=False)
+        if self.options.cluster_id:
+            return self._find_step(self.options.cluster_id, prefix, transient=False)
         pages = self.emr.get_paginator("list_clusters").paginate(ClusterStates=ACTIVE_CLUSTER)
         for cluster in (c for page in pages for c in page.get("Clusters", [])):
             if cluster["Name"].startswith(prefix):

@@ -7,7 +7,7 @@ Runs are named after the task and tagged, so a retry finds the run an earlier tr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
@@ -41,8 +42,18 @@ ACTIVE = ["SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING"
 
 
 @dataclass(frozen=True)
-class EmrServerlessOptions:
-    """``engine_options`` of :class:`EmrServerlessEngine`, typed: the keyword arguments its constructor takes."""
+class EmrServerlessOptions(Options):
+    """``engine_options`` of ``engine="emr_serverless"`` (:class:`EmrServerlessEngine`).
+
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param application_id: the Spark application (release emr-7.x: Spark 3.5).
+    :param execution_role_arn: the role the run assumes (table buckets, staging).
+    :param venv_archive_uri: ``s3://…/venv.tar.gz`` when the application has no custom image.
+    :param spark_submit_parameters: more ``--conf`` settings.
+    :param log_uri: ``s3://`` prefix for driver and executor logs.
+    :param execution_timeout_minutes: EMR Serverless cancels the run after this.
+    :param region: for console links (default: the connection's).
+    """
 
     staging_uri: str
     application_id: str
@@ -53,53 +64,31 @@ class EmrServerlessOptions:
     execution_timeout_minutes: int = 120
     region: str | None = None
 
+    def check(self) -> None:
+        if not self.application_id or not self.execution_role_arn:
+            raise InvalidSpecError("emr_serverless needs application_id and execution_role_arn")
+        self._set(execution_timeout_minutes=int(self.execution_timeout_minutes))
+
 
 class EmrServerlessEngine(StagedResults):
-    """Run stages as EMR Serverless job runs.
-
-    :param application_id: the Spark application (release emr-7.x: Spark 3.5).
-    :param execution_role_arn: the role the run assumes (table buckets, staging).
-    :param venv_archive_uri: ``s3://…/venv.tar.gz`` when the application has no custom image.
-    :param spark_submit_parameters: more ``--conf`` settings.
-    :param log_uri: ``s3://`` prefix for driver and executor logs.
-    """
+    """Run stages as EMR Serverless job runs (options: :class:`EmrServerlessOptions`)."""
 
     name = "emr_serverless"
 
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        application_id: str,
-        execution_role_arn: str,
-        venv_archive_uri: str | None = None,
-        spark_submit_parameters: str = "",
-        log_uri: str | None = None,
-        execution_timeout_minutes: int = 120,
-        region: str | None = None,
-    ) -> None:
-        if not application_id or not execution_role_arn:
-            raise InvalidSpecError("emr_serverless needs application_id and execution_role_arn")
+    def __init__(self, clients: Any, options: EmrServerlessOptions | Mapping[str, Any]) -> None:
+        self.options = EmrServerlessOptions.of(options)
         self.es = clients("emr-serverless")
-        self.stager = Stager(staging_uri, clients("s3"))
-        self.application_id = application_id
-        self.role = execution_role_arn
-        self.venv_archive_uri = venv_archive_uri
-        self.parameters = spark_submit_parameters
-        self.log_uri = log_uri
-        self.timeout = int(execution_timeout_minutes)
-        self.region = region
+        self.stager = Stager(self.options.staging_uri, clients("s3"))
 
     def stage(self, spec: RunSpec) -> StagedRun:
         return self.stager.stage(spec)
 
     def request(self, staged: StagedRun) -> dict[str, Any]:
         """The ``StartJobRun`` request."""
-        params = self.parameters
-        if self.venv_archive_uri:
+        params = self.options.spark_submit_parameters
+        if self.options.venv_archive_uri:
             params = (
-                f"--conf spark.archives={self.venv_archive_uri}#environment "
+                f"--conf spark.archives={self.options.venv_archive_uri}#environment "
                 "--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON=./environment/bin/python "
                 "--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON=./environment/bin/python "
                 f"--conf spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python {params}"
@@ -111,16 +100,16 @@ class EmrServerlessEngine(StagedResults):
         if params:
             driver["sparkSubmitParameters"] = params
         request: dict[str, Any] = {
-            "applicationId": self.application_id,
-            "executionRoleArn": self.role,
+            "applicationId": self.options.application_id,
+            "executionRoleArn": self.options.execution_role_arn,
             "name": staged.spec.identity.job_name,
             "jobDriver": {"sparkSubmit": driver},
             "tags": staged.spec.identity.tags(),
-            "executionTimeoutMinutes": self.timeout,
+            "executionTimeoutMinutes": self.options.execution_timeout_minutes,
         }
-        if self.log_uri:
+        if self.options.log_uri:
             request["configurationOverrides"] = {
-                "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self.log_uri}}
+                "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self.options.log_uri}}
             }
         return request
 
@@ -130,26 +119,28 @@ class EmrServerlessEngine(StagedResults):
 
     def _handle(self, run_id: str, result_uri: str) -> JobHandle:
         url = None
-        if self.region:
+        if self.options.region:
             url = (
-                f"https://{self.region}.console.aws.amazon.com/emr/home?region={self.region}"
-                f"#/serverless-applications/{self.application_id}/job-runs/{run_id}"
+                f"https://{self.options.region}.console.aws.amazon.com/emr/home?region={self.options.region}"
+                f"#/serverless-applications/{self.options.application_id}/job-runs/{run_id}"
             )
-        ids = {"application_id": self.application_id, "job_run_id": run_id}
+        ids = {"application_id": self.options.application_id, "job_run_id": run_id}
         return JobHandle(self.name, ids, result_uri, url)
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         prefix = identity.job_name.rsplit("-", 1)[0] + "-"
         try:
             pages = self.es.get_paginator("list_job_runs").paginate(
-                applicationId=self.application_id, states=ACTIVE
+                applicationId=self.options.application_id, states=ACTIVE
             )
             runs = [r for page in pages for r in page.get("jobRuns", [])]
         except self.es.exceptions.ResourceNotFoundException:
             return None
         for run in runs:
             if run.get("name", "").startswith(prefix):
-                full = self.es.get_job_run(applicationId=self.application_id, jobRunId=run["id"])["jobRun"]
+                full = self.es.get_job_run(applicationId=self.options.application_id, jobRunId=run["id"])[
+                    "jobRun"
+                ]
                 args = full["jobDriver"]["sparkSubmit"]["entryPointArguments"]
                 spec_uri = args[args.index("--spec") + 1]
                 return self._handle(run["id"], spec_uri.rsplit("/", 1)[0] + "/result.json")
@@ -171,12 +162,12 @@ class EmrServerlessEngine(StagedResults):
     def log_location(self, handle: JobHandle) -> str:
         """The driver's logs under the ``log_uri`` engine option, when one is set."""
         app, run_id = handle.ids["application_id"], handle.ids["job_run_id"]
-        if not self.log_uri:
+        if not self.options.log_uri:
             return (
                 f"no log_uri engine option: the logs of run {run_id} are in EMR Studio's Spark UI "
                 "(managed storage), not in S3"
             )
-        return f"{self.log_uri.rstrip('/')}/applications/{app}/jobs/{run_id}/SPARK_DRIVER/ (stderr.gz, stdout.gz)"
+        return f"{self.options.log_uri.rstrip('/')}/applications/{app}/jobs/{run_id}/SPARK_DRIVER/ (stderr.gz, stdout.gz)"
 
 
 # -- for the reaper ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
@@ -50,8 +51,22 @@ DEFAULT_MODULES = ("deltalake==1.6.6", "tenacity>=9")
 
 
 @dataclass(frozen=True)
-class GlueOptions:
-    """``engine_options`` of :class:`GlueEngine`, typed: the keyword arguments its constructor takes."""
+class GlueOptions(Options):
+    """``engine_options`` of ``engine="glue"`` (:class:`GlueEngine`).
+
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param role: IAM role (name or ARN) the Glue job runs as: it needs the table buckets and staging.
+    :param job_name: the Glue job (default: ``dltrain-<dag_id>-<task_id>``); created or updated per run.
+    :param glue_version: ``"5.0"`` (Spark 3.5, Python 3.11) or later.
+    :param worker_type: e.g. ``"G.1X"``.
+    :param number_of_workers: at least 2.
+    :param additional_python_modules: pip specs installed on the job (deltalake, …); wheels on S3 too.
+    :param default_arguments: more Glue job arguments (``--conf``, ``--enable-metrics``, …).
+    :param max_concurrent_runs: of the job; Glue's default of 1 would fail a backfill's second date
+        while the first runs.
+    :param timeout_minutes: Glue stops the run after this.
+    :param region: for console links (default: the connection's).
+    """
 
     staging_uri: str
     role: str
@@ -65,58 +80,40 @@ class GlueOptions:
     timeout_minutes: int = 120
     region: str | None = None
 
+    def check(self) -> None:
+        if not self.role:
+            raise InvalidSpecError("engine option role is required for glue: the IAM role the job runs as")
+        if (
+            int(self.number_of_workers) < 2
+            or int(self.max_concurrent_runs) < 1
+            or int(self.timeout_minutes) < 1
+        ):
+            raise InvalidSpecError(
+                "glue number_of_workers must be >= 2, max_concurrent_runs and timeout_minutes >= 1"
+            )
+        self._set(
+            glue_version=str(self.glue_version),
+            number_of_workers=int(self.number_of_workers),
+            additional_python_modules=tuple(self.additional_python_modules),
+            default_arguments=dict(self.default_arguments or {}),
+            max_concurrent_runs=int(self.max_concurrent_runs),
+            timeout_minutes=int(self.timeout_minutes),
+        )
+
 
 class GlueEngine(StagedResults):
-    """Run stages as AWS Glue (Spark) job runs.
-
-    :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
-    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
-    :param role: IAM role (name or ARN) the Glue job runs as: it needs the table buckets and staging.
-    :param job_name: the Glue job (default: ``dltrain-<dag_id>-<task_id>``); created or updated per run.
-    :param glue_version: ``"5.0"`` (Spark 3.5, Python 3.11) or later.
-    :param worker_type: e.g. ``"G.1X"``; ``number_of_workers``: at least 2.
-    :param additional_python_modules: pip specs installed on the job (deltalake, …); wheels on S3 too.
-    :param default_arguments: more Glue job arguments (``--conf``, ``--enable-metrics``, …).
-    :param region: for console links.
-    """
+    """Run stages as AWS Glue (Spark) job runs (options: :class:`GlueOptions`)."""
 
     name = "glue"
 
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        role: str,
-        job_name: str | None = None,
-        glue_version: str = "5.0",
-        worker_type: str = "G.1X",
-        number_of_workers: int = 2,
-        additional_python_modules: Sequence[str] = DEFAULT_MODULES,
-        default_arguments: Mapping[str, str] | None = None,
-        max_concurrent_runs: int = 16,
-        timeout_minutes: int = 120,
-        region: str | None = None,
-    ) -> None:
-        if not role:
-            raise InvalidSpecError("engine option role is required for glue: the IAM role the job runs as")
+    def __init__(self, clients: Any, options: GlueOptions | Mapping[str, Any]) -> None:
+        self.options = GlueOptions.of(options)
         self.glue = clients("glue")
-        self.stager = Stager(staging_uri, clients("s3"))
-        self.role = role
-        self.job_name = job_name
-        self.glue_version = str(glue_version)
-        self.worker_type = worker_type
-        self.number_of_workers = int(number_of_workers)
-        self.modules = list(additional_python_modules)
-        self.default_arguments = dict(default_arguments or {})
-        # Glue's default of 1 concurrent run would fail a backfill's second date while the first runs.
-        self.max_concurrent_runs = int(max_concurrent_runs)
-        self.timeout_minutes = int(timeout_minutes)
-        self.region = region
+        self.stager = Stager(self.options.staging_uri, clients("s3"))
 
     def _job(self, identity: RunIdentity) -> str:
-        if self.job_name:
-            return self.job_name
+        if self.options.job_name:
+            return self.options.job_name
         name = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{identity.dag_id}-{identity.task_id}")
         return f"dltrain-{name}"[:255]
 
@@ -126,20 +123,20 @@ class GlueEngine(StagedResults):
     def job_definition(self, staged: StagedRun) -> dict[str, Any]:
         """The ``CreateJob`` / ``UpdateJob`` request of this task's Glue job."""
         return {
-            "Role": self.role,
+            "Role": self.options.role,
             "Description": "airflow-provider-dltrain stage job",
             "Command": {"Name": "glueetl", "ScriptLocation": staged.script_uri, "PythonVersion": "3"},
             "DefaultArguments": {
                 "--job-language": "python",
-                "--additional-python-modules": ",".join(self.modules),
+                "--additional-python-modules": ",".join(self.options.additional_python_modules),
                 "--enable-continuous-cloudwatch-log": "true",
-                **self.default_arguments,
+                **self.options.default_arguments,
             },
-            "ExecutionProperty": {"MaxConcurrentRuns": self.max_concurrent_runs},
-            "GlueVersion": self.glue_version,
-            "WorkerType": self.worker_type,
-            "NumberOfWorkers": self.number_of_workers,
-            "Timeout": self.timeout_minutes,
+            "ExecutionProperty": {"MaxConcurrentRuns": self.options.max_concurrent_runs},
+            "GlueVersion": self.options.glue_version,
+            "WorkerType": self.options.worker_type,
+            "NumberOfWorkers": self.options.number_of_workers,
+            "Timeout": self.options.timeout_minutes,
         }
 
     def _ensure_job(self, name: str, staged: StagedRun) -> None:
@@ -174,9 +171,9 @@ class GlueEngine(StagedResults):
 
     def _handle(self, name: str, run_id: str, result_uri: str) -> JobHandle:
         url = None
-        if self.region:
+        if self.options.region:
             url = (
-                f"https://{self.region}.console.aws.amazon.com/gluestudio/home?region={self.region}"
+                f"https://{self.options.region}.console.aws.amazon.com/gluestudio/home?region={self.options.region}"
                 f"#/job/{name}/run/{run_id}"
             )
         return JobHandle(self.name, {"job_name": name, "job_run_id": run_id}, result_uri, url)
@@ -218,7 +215,7 @@ class GlueEngine(StagedResults):
         run = self.glue.get_job_run(JobName=handle.ids["job_name"], RunId=run_id, PredecessorsIncluded=False)
         group = str(run["JobRun"].get("LogGroupName") or "/aws-glue/jobs").rstrip("/")
         where = f"CloudWatch log group {group}/output (errors: {group}/error), log stream {run_id}"
-        continuous = self.default_arguments.get("--continuous-log-logGroup")
+        continuous = self.options.default_arguments.get("--continuous-log-logGroup")
         return where + (f"; continuous logs: log group {continuous}" if continuous else "")
 
 

@@ -56,6 +56,7 @@ from airflow_provider_dltrain.engines.kubeflow_docker import (
     node_error_lines,
     remove_remains,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.training_engine import TrainingEngine
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require
@@ -70,31 +71,9 @@ LOG_LINES = 20
 
 
 @dataclass(frozen=True)
-class KubeflowOptions:
-    """``backend_options`` of :class:`KubeflowEngine`, typed: the keyword arguments its constructor takes."""
+class KubeflowOptions(Options):
+    """``backend_options`` of ``backend="kubeflow"`` (:class:`KubeflowEngine`).
 
-    staging_uri: str
-    image: str
-    num_nodes: int = 2
-    runtime: str = "torch-distributed"
-    runtime_backend: str = "kubernetes"
-    resources_per_node: Mapping[str, Any] | None = None
-    environment: Mapping[str, str] | None = None
-    namespace: str | None = None
-    service_account: str | None = None
-    tracking_secret: str | None = None
-    config_file: str | None = None
-    context: str | None = None
-    container_mounts: Sequence[str] = ()
-    secret_env_file: str | None = None
-    dashboard_url: str | None = None
-    region: str | None = None
-
-
-class KubeflowEngine(TrainingEngine):
-    """Run ``train(ctx)`` as a Kubeflow TrainJob of ``num_nodes`` nodes, one rank per node.
-
-    :param clients: ``service name -> boto3 client``; only ``s3`` is used, when ``staging_uri`` is on S3.
     :param staging_uri: where the spec, code, results and rank reports go: an ``s3://`` prefix the
         nodes can read and write (their service account's role), or a directory every node mounts.
     :param image: the training image (``docker/jobs/Dockerfile.train``: Python 3.11, torch, deltalake, MLflow).
@@ -115,70 +94,73 @@ class KubeflowEngine(TrainingEngine):
     :param secret_env_file: a file of ``NAME=value`` lines on this machine (mode 0600), mounted
         read-only into every node and set in the rank's environment (``runtime_backend="container"``
         only): e.g. the AWS keys and endpoint of a lake on S3, as ``dltrain fake-aws --env-file`` writes.
+        Checked (present, private) where the job starts, not where the DAG is parsed.
     :param dashboard_url: the task's job link, ``{namespace}`` and ``{name}`` filled in.
+    :param region: of an ``s3://`` staging prefix.
     """
 
-    name = "kubeflow"
+    staging_uri: str
+    image: str
+    num_nodes: int = 2
+    runtime: str = "torch-distributed"
+    runtime_backend: str = "kubernetes"
+    resources_per_node: Mapping[str, Any] | None = None
+    environment: Mapping[str, str] | None = None
+    namespace: str | None = None
+    service_account: str | None = None
+    tracking_secret: str | None = None
+    config_file: str | None = None
+    context: str | None = None
+    container_mounts: Sequence[str] = ()
+    secret_env_file: str | None = None
+    dashboard_url: str | None = None
+    region: str | None = None
 
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        image: str,
-        num_nodes: int = 2,
-        runtime: str = "torch-distributed",
-        runtime_backend: str = "kubernetes",
-        resources_per_node: Mapping[str, Any] | None = None,
-        environment: Mapping[str, str] | None = None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        tracking_secret: str | None = None,
-        config_file: str | None = None,
-        context: str | None = None,
-        container_mounts: Sequence[str] = (),
-        secret_env_file: str | None = None,
-        dashboard_url: str | None = None,
-        region: str | None = None,
-    ) -> None:
-        from airflow_provider_dltrain.engines.staging import Stager
-
-        if runtime_backend not in RUNTIME_BACKENDS:
+    def check(self) -> None:
+        if self.runtime_backend not in RUNTIME_BACKENDS:
             raise InvalidSpecError(
-                f"backend option runtime_backend must be one of {RUNTIME_BACKENDS}, got {runtime_backend!r}"
+                f"backend option runtime_backend must be one of {RUNTIME_BACKENDS}, "
+                f"got {self.runtime_backend!r}"
             )
-        if int(num_nodes) < 1:
-            raise InvalidSpecError(f"backend option num_nodes must be >= 1, got {num_nodes!r}")
-        if not image:
+        if int(self.num_nodes) < 1:
+            raise InvalidSpecError(f"backend option num_nodes must be >= 1, got {self.num_nodes!r}")
+        if not self.image:
             raise InvalidSpecError("backend option image is required: the training image every node runs")
-        if (container_mounts or secret_env_file) and runtime_backend != "container":
+        if (self.container_mounts or self.secret_env_file) and self.runtime_backend != "container":
             raise InvalidSpecError(
                 "container_mounts and secret_env_file are for runtime_backend='container' only (on a "
                 "cluster the nodes' service account reads the lake, and tracking_secret names a Secret)"
             )
-        staging = str(staging_uri or "")
+        environment = {str(k): str(v) for k, v in dict(self.environment or {}).items()}
+        check_environment(environment)
+        self._set(
+            num_nodes=int(self.num_nodes),
+            resources_per_node=dict(self.resources_per_node or {}) or None,
+            environment=environment,
+            container_mounts=tuple(str(m) for m in self.container_mounts),
+        )
+
+
+class KubeflowEngine(TrainingEngine):
+    """Run ``train(ctx)`` as a Kubeflow TrainJob of ``num_nodes`` nodes, one rank per node (options:
+    :class:`KubeflowOptions`; ``clients``: only ``s3`` is used, when ``staging_uri`` is on S3)."""
+
+    name = "kubeflow"
+
+    def __init__(self, clients: Any, options: KubeflowOptions | Mapping[str, Any]) -> None:
+        from airflow_provider_dltrain.engines.staging import Stager
+
+        self.options = KubeflowOptions.of(options)
+        staging = str(self.options.staging_uri or "")
         self.stager = Stager(staging, clients("s3") if staging.startswith(("s3://", "s3a://")) else None)
-        self.image = image
-        self.num_nodes = int(num_nodes)
-        self.runtime = runtime
-        self.runtime_backend = runtime_backend
-        self.resources_per_node = dict(resources_per_node or {}) or None
-        self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
-        check_environment(self.environment)
-        self.secret_file = check_secret_file(secret_env_file) if secret_env_file else None
-        self.namespace = namespace
-        self.service_account = service_account
-        self.tracking_secret = tracking_secret
-        self.config_file = config_file
-        self.context = context
-        self.container_mounts = tuple(str(m) for m in container_mounts)
-        self.dashboard_url = dashboard_url
+        secret_file = self.options.secret_env_file
+        self.secret_file = check_secret_file(secret_file) if secret_file else None
         self._credentials: dict[str, str] = {}
         self._client: Any = None
 
     @property
     def world_size(self) -> int:
-        return self.num_nodes
+        return self.options.num_nodes
 
     def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
         """MLflow credentials: a mounted secret file on the container backend, a Secret on a cluster."""
@@ -192,7 +174,7 @@ class KubeflowEngine(TrainingEngine):
             require("kubeflow.trainer", "kubeflow")
             from kubeflow.trainer import TrainerClient
 
-            if self.runtime_backend == "container":
+            if self.options.runtime_backend == "container":
                 from kubeflow.trainer.backends.container.types import (
                     ContainerBackendConfig,
                     TrainingRuntimeSource,
@@ -206,12 +188,16 @@ class KubeflowEngine(TrainingEngine):
                 )
                 self._client = TrainerClient(backend_config=config)
                 backend = self._client.backend
-                backend._adapter = NodeMounts(backend._adapter, self.container_mounts, self.secret_file)
+                backend._adapter = NodeMounts(
+                    backend._adapter, self.options.container_mounts, self.secret_file
+                )
             else:
                 from kubeflow.common.types import KubernetesBackendConfig
 
                 cluster = KubernetesBackendConfig(
-                    namespace=self.namespace, config_file=self.config_file, context=self.context
+                    namespace=self.options.namespace,
+                    config_file=self.options.config_file,
+                    context=self.options.context,
                 )
                 self._client = TrainerClient(backend_config=cluster)
         return self._client
@@ -228,23 +214,23 @@ class KubeflowEngine(TrainingEngine):
         from airflow_provider_dltrain.engines.kubeflow_node import dltrain_train_job
 
         args = {"script_uri": staged.script_uri, "spec_uri": staged.spec_uri, "code_uri": staged.code_uri}
-        if self.secret_file or (self.runtime_backend == "container" and self._credentials):
+        if self.secret_file or (self.options.runtime_backend == "container" and self._credentials):
             args["secret_env_file"] = SECRET_PATH  # a path: the values stay in the mounted file
-        env = dict(self.environment)
+        env = dict(self.options.environment)
         return CustomTrainer(
             func=dltrain_train_job,
             func_args=args,
-            image=self.image,
-            num_nodes=self.num_nodes,
-            resources_per_node=self.resources_per_node,
+            image=self.options.image,
+            num_nodes=self.options.num_nodes,
+            resources_per_node=self.options.resources_per_node,
             env=env or None,
         )
 
-    def options(self, staged: StagedRun, name: str) -> list[Any]:
+    def sdk_options(self, staged: StagedRun, name: str) -> list[Any]:
         """The SDK's options: the name, and on a cluster labels, annotations and the pod patch."""
         from kubeflow.trainer.options import Name
 
-        if self.runtime_backend == "container":  # the SDK's container backend takes a name only
+        if self.options.runtime_backend == "container":  # the SDK's container backend takes a name only
             return [Name(name)]
         from airflow_provider_dltrain.engines.kubeflow_cluster import cluster_options
 
@@ -254,8 +240,8 @@ class KubeflowEngine(TrainingEngine):
                 staged.spec.identity,
                 staged.result_uri,
                 credentials=self._credentials,
-                service_account=self.service_account,
-                tracking_secret=self.tracking_secret,
+                service_account=self.options.service_account,
+                tracking_secret=self.options.tracking_secret,
             ),
         ]
 
@@ -263,14 +249,14 @@ class KubeflowEngine(TrainingEngine):
     def submit(self, staged: StagedRun) -> JobHandle:
         identity = staged.spec.identity
         name = self.trainjob_name(identity)
-        trainer, options = self.trainer(staged), self.options(staged, name)  # refused before anything
+        trainer, options = self.trainer(staged), self.sdk_options(staged, name)  # refused before anything
         self._remove_leftover(name)
-        if self.runtime_backend == "container" and self._credentials:
+        if self.options.runtime_backend == "container" and self._credentials:
             # the MLflow credentials as a cluster hands a Secret: a mounted file, never the environment
             secret = job_secret_file(name, self.secret_file, self._credentials)
             self.client.backend._adapter.mount_secret(secret)
         try:
-            self.client.train(runtime=self.runtime, trainer=trainer, options=options)
+            self.client.train(runtime=self.options.runtime, trainer=trainer, options=options)
         except Exception as err:
             raise self._not_created(name, err) from err
         handle = self._handle(name, self._uid(name), staged.result_uri)
@@ -310,8 +296,8 @@ class KubeflowEngine(TrainingEngine):
 
     def log_location(self, handle: JobHandle) -> str:
         name = handle.ids["job_name"]
-        if self.runtime_backend == "container":
-            return f"docker logs {name}-node-0 (… -node-{self.num_nodes - 1})"
+        if self.options.runtime_backend == "container":
+            return f"docker logs {name}-node-0 (… -node-{self.options.num_nodes - 1})"
         return f"kubectl logs -n {handle.ids.get('namespace')} -l jobset.sigs.k8s.io/jobset-name={name}"
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -321,14 +307,14 @@ class KubeflowEngine(TrainingEngine):
     def _handle(self, name: str, uid: str | None, result_uri: str) -> JobHandle:
         namespace = getattr(self.client.backend, "namespace", None)
         url = None
-        if self.dashboard_url:
-            url = self.dashboard_url.format(namespace=namespace or "", name=name)
+        if self.options.dashboard_url:
+            url = self.options.dashboard_url.format(namespace=namespace or "", name=name)
         return JobHandle(self.name, {"job_name": name, "uid": uid, "namespace": namespace}, result_uri, url)
 
     def _uid(self, name: str) -> str | None:
         """The uid of the TrainJob ``name`` (the container backend's: its network's id); ``None``: none."""
         backend = self.client.backend
-        if self.runtime_backend == "container":
+        if self.options.runtime_backend == "container":
             network = backend._adapter.get_network(f"{name}-net")
             if not network or not backend._adapter.list_containers(
                 filters={"label": [f"trainer.kubeflow.org/trainjob-name={name}"]}
@@ -373,13 +359,13 @@ class KubeflowEngine(TrainingEngine):
 
     def _not_created(self, name: str, err: Exception) -> Exception:
         """The error of a failed creation, once what the SDK left of the TrainJob is deleted."""
-        if self.runtime_backend == "container":
+        if self.options.runtime_backend == "container":
             gone = remove_remains(self.client.backend._adapter, name)
             if gone:
                 log.info("TrainJob %s was not created; removed %s", name, ", ".join(gone))
             if "Failed to ensure image" in str(err):
                 return InvalidSpecError(
-                    f"TrainJob {name}: image {self.image!r} is not on this machine and cannot be pulled "
+                    f"TrainJob {name}: image {self.options.image!r} is not on this machine and cannot be pulled "
                     f"({err}); build it (docs/engines/kubeflow.md) or name one that exists (docker images)"
                 )
         return JobFailedError(f"the Kubeflow SDK did not create TrainJob {name}: {err}")
@@ -387,7 +373,7 @@ class KubeflowEngine(TrainingEngine):
     def _node_log(self, job_name: str, step: Any) -> str:
         """The log of one node (the container backend's ``node-0`` step would give every node's)."""
         try:
-            if self.runtime_backend == "container":
+            if self.options.runtime_backend == "container":
                 return "".join(self.client.backend._adapter.container_logs(step.pod_name, False))
             return "".join(self.client.get_job_logs(job_name, step=step.name))
         except Exception as err:  # the logs are a courtesy: the failure is the job's status

@@ -45,6 +45,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.staging import Stager, job_script
 from airflow_provider_dltrain.engines.train_spec import job_tracking_env
@@ -92,27 +93,9 @@ def ray_auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]
 
 
 @dataclass(frozen=True)
-class RayOptions:
-    """``engine_options`` of :class:`RayEngine`, typed: the keyword arguments its constructor takes."""
+class RayOptions(Options):
+    """``backend_options`` of ``backend="ray"`` (:class:`RayEngine`).
 
-    address: str
-    staging_uri: str
-    num_workers: int = 2
-    use_gpu: bool = False
-    resources_per_worker: Mapping[str, float] | None = None
-    placement_strategy: str = "PACK"
-    storage_path: str | None = None
-    runtime_env: Mapping[str, Any] | None = None
-    dashboard_url: str | None = None
-    tracking_secret: str | None = None
-    environment: Mapping[str, str] | None = None
-    region: str | None = None
-
-
-class RayEngine(TrainingEngine):
-    """Run ``train(ctx)`` as a Ray job on ``num_workers`` Ray Train workers of an existing cluster.
-
-    :param clients: ``service name -> boto3 client``; only ``s3`` is used, when ``staging_uri`` is on S3.
     :param address: the cluster's dashboard (Jobs API) address, e.g. ``"http://head:8265"``.
     :param staging_uri: where the spec, results and rank reports go: an ``s3://`` prefix the cluster
         can read and write, or a directory the launcher and every node mount.
@@ -128,64 +111,71 @@ class RayEngine(TrainingEngine):
         without one, the ``mlflow`` connection's credentials go into the job's environment, which
         anyone who can see the job in the dashboard can read.
     :param environment: more (non-secret) environment variables for the job.
+    :param region: of ``tracking_secret`` and an ``s3://`` staging prefix.
+    """
+
+    address: str
+    staging_uri: str
+    num_workers: int = 2
+    use_gpu: bool = False
+    resources_per_worker: Mapping[str, float] | None = None
+    placement_strategy: str = "PACK"
+    storage_path: str | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    dashboard_url: str | None = None
+    tracking_secret: str | None = None
+    environment: Mapping[str, str] | None = None
+    region: str | None = None
+
+    def check(self) -> None:
+        if not str(self.address or "").startswith(("http://", "https://")):
+            raise InvalidSpecError(
+                f"backend option address must be the Ray dashboard's URL (the Jobs API), e.g. "
+                f"'http://ray-head:8265', got {self.address!r}"
+            )
+        if int(self.num_workers) < 1:
+            raise InvalidSpecError(f"backend option num_workers must be >= 1, got {self.num_workers!r}")
+        if self.placement_strategy not in PLACEMENT:
+            raise InvalidSpecError(
+                f"placement_strategy must be one of {PLACEMENT}, got {self.placement_strategy!r}"
+            )
+        extra = dict(self.runtime_env or {})
+        if "working_dir" in extra or "py_modules" in extra:
+            raise InvalidSpecError(
+                "runtime_env may not set working_dir or py_modules: the job's code is the staged bundle "
+                "(the training function's package ships with it)"
+            )
+        address = str(self.address).rstrip("/")
+        self._set(
+            address=address,
+            num_workers=int(self.num_workers),
+            use_gpu=bool(self.use_gpu),
+            resources_per_worker={str(k): float(v) for k, v in dict(self.resources_per_worker or {}).items()},
+            runtime_env=extra,
+            dashboard_url=(self.dashboard_url or address).rstrip("/"),
+            environment={str(k): str(v) for k, v in dict(self.environment or {}).items()},
+        )
+
+
+class RayEngine(TrainingEngine):
+    """Run ``train(ctx)`` as a Ray job on ``num_workers`` Ray Train workers of an existing cluster
+    (options: :class:`RayOptions`).
 
     Checkpoints go to the try's run directory under ``staging_uri`` (``ctx.save_checkpoint``).
     """
 
     name = "ray"
 
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        address: str,
-        staging_uri: str,
-        num_workers: int = 2,
-        use_gpu: bool = False,
-        resources_per_worker: Mapping[str, float] | None = None,
-        placement_strategy: str = "PACK",
-        storage_path: str | None = None,
-        runtime_env: Mapping[str, Any] | None = None,
-        dashboard_url: str | None = None,
-        tracking_secret: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        region: str | None = None,
-    ) -> None:
-        if not str(address or "").startswith(("http://", "https://")):
-            raise InvalidSpecError(
-                f"backend option address must be the Ray dashboard's URL (the Jobs API), e.g. "
-                f"'http://ray-head:8265', got {address!r}"
-            )
-        if int(num_workers) < 1:
-            raise InvalidSpecError(f"backend option num_workers must be >= 1, got {num_workers!r}")
-        if placement_strategy not in PLACEMENT:
-            raise InvalidSpecError(
-                f"placement_strategy must be one of {PLACEMENT}, got {placement_strategy!r}"
-            )
-        extra = dict(runtime_env or {})
-        if "working_dir" in extra or "py_modules" in extra:
-            raise InvalidSpecError(
-                "runtime_env may not set working_dir or py_modules: the job's code is the staged bundle "
-                "(the training function's package ships with it)"
-            )
-        staging = str(staging_uri or "")
+    def __init__(self, clients: Any, options: RayOptions | Mapping[str, Any]) -> None:
+        self.options = RayOptions.of(options)
+        staging = str(self.options.staging_uri or "")
         self.stager = Stager(staging, clients("s3") if staging.startswith(("s3://", "s3a://")) else None)
-        self.address = str(address).rstrip("/")
-        self.num_workers = int(num_workers)
-        self.use_gpu = bool(use_gpu)
-        self.resources_per_worker = {str(k): float(v) for k, v in dict(resources_per_worker or {}).items()}
-        self.placement_strategy = placement_strategy
-        self.storage_path = storage_path
-        self.runtime_env = extra
-        self.dashboard_url = (dashboard_url or self.address).rstrip("/")
-        self.tracking_secret = tracking_secret
-        self.environment = {str(k): str(v) for k, v in dict(environment or {}).items()}
         self._credentials: dict[str, str] = {}
         self._client: Any = None
 
     @property
     def world_size(self) -> int:
-        return self.num_workers
+        return self.options.num_workers
 
     def set_job_credentials(self, credentials: Mapping[str, str]) -> None:
         """MLflow credentials for the job's environment (used only when no ``tracking_secret``)."""
@@ -199,9 +189,9 @@ class RayEngine(TrainingEngine):
             from ray.job_submission import JobSubmissionClient
 
             try:
-                self._client = JobSubmissionClient(self.address, headers=ray_auth_headers())
+                self._client = JobSubmissionClient(self.options.address, headers=ray_auth_headers())
             except (ConnectionError, RuntimeError) as err:
-                raise JobFailedError(f"cannot use the Ray Jobs API at {self.address}: {err}") from err
+                raise JobFailedError(f"cannot use the Ray Jobs API at {self.options.address}: {err}") from err
         return self._client
 
     # tenacity's sleep, which a test replaces to see the waits without waiting them
@@ -226,7 +216,7 @@ class RayEngine(TrainingEngine):
         def warn(state: Any) -> None:
             err = state.outcome.exception()
             log.warning(
-                "the Ray Jobs API at %s did not answer %s (%s): trying again", self.address, what, err
+                "the Ray Jobs API at %s did not answer %s (%s): trying again", self.options.address, what, err
             )
 
         retrying = Retrying(
@@ -241,33 +231,33 @@ class RayEngine(TrainingEngine):
         except RetryError as err:
             last = err.last_attempt.exception()
             raise JobFailedError(
-                f"the Ray Jobs API at {self.address} did not answer {what}: {last}"
+                f"the Ray Jobs API at {self.options.address} did not answer {what}: {last}"
             ) from last
 
     # -- request -----------------------------------------------------------------------------------
     def driver_options(self) -> dict[str, Any]:
         """What ``jobs.ray_driver`` builds ``TorchTrainer`` from (the job's ``DLTRAIN_RAY_TRAIN``)."""
         return {
-            "use_gpu": self.use_gpu,
-            "resources_per_worker": self.resources_per_worker or None,
-            "placement_strategy": self.placement_strategy,
-            "storage_path": self.storage_path,
+            "use_gpu": self.options.use_gpu,
+            "resources_per_worker": self.options.resources_per_worker or None,
+            "placement_strategy": self.options.placement_strategy,
+            "storage_path": self.options.storage_path,
         }
 
     def request(self, staged: StagedRun, working_dir: str) -> dict[str, Any]:
         """The ``submit_job`` arguments for ``staged`` (exactly what is sent)."""
         identity = staged.spec.identity
         env_vars = {
-            **dict(self.runtime_env.get("env_vars") or {}),
-            **self.environment,
-            **job_tracking_env(self._credentials, self.tracking_secret),
+            **dict(self.options.runtime_env.get("env_vars") or {}),
+            **self.options.environment,
+            **job_tracking_env(self._credentials, self.options.tracking_secret),
             ENGINE_ENV: self.name,
             OPTIONS_ENV: json.dumps(self.driver_options(), sort_keys=True),
         }
         return {
             "entrypoint": f"python job_script.py --spec {shlex.quote(staged.spec_uri)}",  # run by a shell
             "submission_id": identity.job_name,
-            "runtime_env": {**self.runtime_env, "working_dir": working_dir, "env_vars": env_vars},
+            "runtime_env": {**self.options.runtime_env, "working_dir": working_dir, "env_vars": env_vars},
             "metadata": {**identity.tags(), RESULT_KEY: staged.result_uri},
             "entrypoint_num_cpus": 0,  # the driver only waits on the workers
         }
@@ -316,7 +306,9 @@ class RayEngine(TrainingEngine):
         log.info("Ray job %s exists already and is %s: attaching to it", sid, raw)
 
     def _handle(self, sid: str, result_uri: str) -> JobHandle:
-        return JobHandle(self.name, {"job_name": sid}, result_uri, f"{self.dashboard_url}/#/jobs/{sid}")
+        return JobHandle(
+            self.name, {"job_name": sid}, result_uri, f"{self.options.dashboard_url}/#/jobs/{sid}"
+        )
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         prefix = identity.job_name.rsplit("-t", 1)[0] + "-t"
@@ -355,7 +347,7 @@ class RayEngine(TrainingEngine):
 
     def log_location(self, handle: JobHandle) -> str:
         sid = handle.ids["job_name"]
-        return f"{self.dashboard_url}/#/jobs/{sid} (or: ray job logs {sid} --address {self.address})"
+        return f"{self.options.dashboard_url}/#/jobs/{sid} (or: ray job logs {sid} --address {self.options.address})"
 
 
 def _raw_status(info: Any) -> str:

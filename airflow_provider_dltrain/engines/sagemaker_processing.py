@@ -25,6 +25,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.sagemaker_jobs import PROCESSING
@@ -39,8 +40,21 @@ SPARK_SUBMIT = "smspark-submit"
 
 
 @dataclass(frozen=True)
-class SageMakerProcessingOptions:
-    """``engine_options`` of :class:`SageMakerProcessingEngine`, typed: the keyword arguments its constructor takes."""
+class SageMakerProcessingOptions(Options):
+    """``engine_options`` of ``engine="sagemaker_processing"`` (:class:`SageMakerProcessingEngine`).
+
+    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
+    :param role: the execution role ARN (reads the tables and staging, writes the table).
+    :param image_uri: a Spark processing image whose Python has deltalake and pyarrow (e.g. built
+        ``FROM`` a ``sagemaker-spark-processing`` image).
+    :param instance_type: e.g. ``"ml.m5.xlarge"``.
+    :param instance_count: hosts of ``instance_type`` (Spark on YARN).
+    :param volume_size_gb: the ML storage volume of each host.
+    :param max_runtime_s: ``StoppingCondition.MaxRuntimeInSeconds``: SageMaker stops the job after this.
+    :param environment: more (non-secret) environment variables of the container.
+    :param network_config: ``NetworkConfig`` (``VpcConfig``, isolation) as SageMaker takes it.
+    :param region: for console links (default: the connection's).
+    """
 
     staging_uri: str
     role: str
@@ -53,60 +67,35 @@ class SageMakerProcessingOptions:
     network_config: Mapping[str, Any] | None = None
     region: str | None = None
 
-
-class SageMakerProcessingEngine(StagedResults):
-    """Run stages as SageMaker Processing jobs running Spark (``smspark-submit``).
-
-    :param clients: ``service name -> boto3 client`` (from the Airflow ``aws`` connection).
-    :param staging_uri: ``s3://`` prefix for the spec, script, code bundle and result.
-    :param role: the execution role ARN (reads the tables and staging, writes the table).
-    :param image_uri: a Spark processing image whose Python has deltalake and pyarrow (e.g. built
-        ``FROM`` a ``sagemaker-spark-processing`` image).
-    :param instance_type: e.g. ``"ml.m5.xlarge"``; ``instance_count`` hosts of it (Spark on YARN).
-    :param volume_size_gb: the ML storage volume of each host.
-    :param max_runtime_s: ``StoppingCondition.MaxRuntimeInSeconds``: SageMaker stops the job after this.
-    :param environment: more (non-secret) environment variables of the container.
-    :param network_config: ``NetworkConfig`` (``VpcConfig``, isolation) as SageMaker takes it.
-    :param region: for console links.
-    """
-
-    name = "sagemaker_processing"
-
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        staging_uri: str,
-        role: str,
-        image_uri: str,
-        instance_type: str = "ml.m5.xlarge",
-        instance_count: int = 1,
-        volume_size_gb: int = 30,
-        max_runtime_s: int = 7200,
-        environment: Mapping[str, str] | None = None,
-        network_config: Mapping[str, Any] | None = None,
-        region: str | None = None,
-    ) -> None:
-        if not role or not image_uri:
+    def check(self) -> None:
+        if not self.role or not self.image_uri:
             raise InvalidSpecError(
                 "sagemaker_processing needs engine options role (the execution role ARN) and image_uri "
                 "(a Spark processing image whose Python has deltalake and pyarrow)"
             )
-        if int(instance_count) < 1 or int(max_runtime_s) < 1:
+        if int(self.instance_count) < 1 or int(self.max_runtime_s) < 1:
             raise InvalidSpecError("sagemaker_processing instance_count and max_runtime_s must be >= 1")
-        self.sagemaker = clients("sagemaker")
-        self.stager = Stager(staging_uri, clients("s3"))
-        if not self.stager.remote:
+        if not str(self.staging_uri).startswith(("s3://", "s3a://")):
             raise InvalidSpecError("sagemaker_processing staging_uri must be an s3:// prefix")
-        self.role = role
-        self.image_uri = image_uri
-        self.instance_type = instance_type
-        self.instance_count = int(instance_count)
-        self.volume_size_gb = int(volume_size_gb)
-        self.max_runtime_s = int(max_runtime_s)
-        self.environment = dict(environment or {})
-        self.network_config = dict(network_config or {})
-        self.region = region
+        self._set(
+            instance_count=int(self.instance_count),
+            volume_size_gb=int(self.volume_size_gb),
+            max_runtime_s=int(self.max_runtime_s),
+            environment=dict(self.environment or {}),
+            network_config=dict(self.network_config or {}),
+        )
+
+
+class SageMakerProcessingEngine(StagedResults):
+    """Run stages as SageMaker Processing jobs running Spark (``smspark-submit``); options:
+    :class:`SageMakerProcessingOptions`."""
+
+    name = "sagemaker_processing"
+
+    def __init__(self, clients: Any, options: SageMakerProcessingOptions | Mapping[str, Any]) -> None:
+        self.options = SageMakerProcessingOptions.of(options)
+        self.sagemaker = clients("sagemaker")
+        self.stager = Stager(self.options.staging_uri, clients("s3"))
 
     def stage(self, spec: RunSpec) -> StagedRun:
         return self.stager.stage(spec)
@@ -119,18 +108,18 @@ class SageMakerProcessingEngine(StagedResults):
             "ProcessingJobName": identity.job_name,
             "ProcessingResources": {
                 "ClusterConfig": {
-                    "InstanceType": self.instance_type,
-                    "InstanceCount": self.instance_count,
-                    "VolumeSizeInGB": self.volume_size_gb,
+                    "InstanceType": self.options.instance_type,
+                    "InstanceCount": self.options.instance_count,
+                    "VolumeSizeInGB": self.options.volume_size_gb,
                 }
             },
             "AppSpecification": {
-                "ImageUri": self.image_uri,
+                "ImageUri": self.options.image_uri,
                 # Not secrets: where the spec and the code bundle are; ``find`` reads them back.
                 "ContainerArguments": ["--spec", staged.spec_uri, "--code", staged.code_uri],
                 "ContainerEntrypoint": [SPARK_SUBMIT, f"{CODE_DIR}/{script}"],
             },
-            "RoleArn": self.role,
+            "RoleArn": self.options.role,
             "ProcessingInputs": [
                 {
                     "InputName": "code",
@@ -145,21 +134,21 @@ class SageMakerProcessingEngine(StagedResults):
                     },
                 }
             ],
-            "Environment": {**self.environment, "DLTRAIN_ENGINE": self.name},
-            "StoppingCondition": {"MaxRuntimeInSeconds": self.max_runtime_s},
+            "Environment": {**self.options.environment, "DLTRAIN_ENGINE": self.name},
+            "StoppingCondition": {"MaxRuntimeInSeconds": self.options.max_runtime_s},
             "Tags": [{"Key": k, "Value": v} for k, v in sorted(identity.tags().items())],
         }
-        if self.network_config:
-            request["NetworkConfig"] = self.network_config
+        if self.options.network_config:
+            request["NetworkConfig"] = self.options.network_config
         return request
 
     def submit(self, staged: StagedRun) -> JobHandle:
         name = PROCESSING.create(self.sagemaker, self.request(staged))
-        return PROCESSING.handle(self.name, self.region, name, staged.result_uri)
+        return PROCESSING.handle(self.name, self.options.region, name, staged.result_uri)
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         found = PROCESSING.find(self.sagemaker, identity, _spec_uri)
-        return None if found is None else PROCESSING.handle(self.name, self.region, *found)
+        return None if found is None else PROCESSING.handle(self.name, self.options.region, *found)
 
     def poll(self, handle: JobHandle) -> JobStatus:
         return PROCESSING.poll(self.sagemaker, handle.ids["job_name"])

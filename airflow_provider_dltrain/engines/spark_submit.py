@@ -26,6 +26,7 @@ from airflow_provider_dltrain.engines.base import (
     JobStatus,
     StagedRun,
 )
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import StagedResults, Stager
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -76,8 +77,15 @@ def _running(handle: JobHandle) -> bool:
 
 
 @dataclass(frozen=True)
-class SparkSubmitOptions:
-    """``engine_options`` of :class:`SparkSubmitEngine`, typed: the keyword arguments its constructor takes."""
+class SparkSubmitOptions(Options):
+    """``engine_options`` of ``engine="spark_submit"`` (:class:`SparkSubmitEngine`).
+
+    :param master: ``spark://host:7077``, ``yarn``, ``k8s://…``.
+    :param staging_uri: a directory every node can read (or an ``s3://`` prefix).
+    :param spark_submit_args: more arguments (``--conf k=v``, ``--executor-memory 4g``, …).
+    :param env: extra environment for ``spark-submit`` (``PYSPARK_PYTHON``, ``HADOOP_CONF_DIR``…).
+    :param deploy_mode: ``"client"`` only: the driver reports the stage's result.
+    """
 
     master: str
     staging_uri: str
@@ -85,39 +93,25 @@ class SparkSubmitOptions:
     env: Mapping[str, str] | None = None
     deploy_mode: str = "client"
 
-
-class SparkSubmitEngine(StagedResults):
-    """Run stages with ``spark-submit`` against any Spark master.
-
-    :param master: ``spark://host:7077``, ``yarn``, ``k8s://…``.
-    :param staging_uri: a directory every node can read (or an ``s3://`` prefix).
-    :param spark_submit_args: more arguments (``--conf k=v``, ``--executor-memory 4g``, …).
-    :param env: extra environment for ``spark-submit`` (``PYSPARK_PYTHON``, ``HADOOP_CONF_DIR``…).
-    """
-
-    name = "spark_submit"
-
-    def __init__(
-        self,
-        clients: Any,
-        *,
-        master: str,
-        staging_uri: str,
-        spark_submit_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        deploy_mode: str = "client",
-    ) -> None:
-        if not master:
+    def check(self) -> None:
+        if not self.master:
             raise InvalidSpecError("spark_submit needs master, e.g. 'spark://host:7077' or 'yarn'")
-        if deploy_mode != "client":
+        if self.deploy_mode != "client":
             raise InvalidSpecError(
                 "spark_submit supports deploy_mode='client' (the driver reports its result)"
             )
-        needs_s3 = staging_uri.startswith("s3")
-        self.stager = Stager(staging_uri, clients("s3") if needs_s3 else None)
-        self.master = master
-        self.args = list(spark_submit_args)
-        self.env = dict(env or {})
+        self._set(spark_submit_args=tuple(self.spark_submit_args), env=dict(self.env or {}))
+
+
+class SparkSubmitEngine(StagedResults):
+    """Run stages with ``spark-submit`` against any Spark master (options: :class:`SparkSubmitOptions`)."""
+
+    name = "spark_submit"
+
+    def __init__(self, clients: Any, options: SparkSubmitOptions | Mapping[str, Any]) -> None:
+        self.options = SparkSubmitOptions.of(options)
+        needs_s3 = self.options.staging_uri.startswith("s3")
+        self.stager = Stager(self.options.staging_uri, clients("s3") if needs_s3 else None)
 
     def stage(self, spec: RunSpec) -> StagedRun:
         return self.stager.stage(spec)
@@ -126,12 +120,12 @@ class SparkSubmitEngine(StagedResults):
         return [
             spark_submit_path(),
             "--master",
-            self.master,
+            self.options.master,
             "--deploy-mode",
             "client",
             "--name",
             staged.spec.identity.job_name,
-            *self.args,
+            *self.options.spark_submit_args,
             staged.script_uri,
             "--spec",
             staged.spec_uri,
@@ -146,7 +140,11 @@ class SparkSubmitEngine(StagedResults):
         log_path = os.path.join(os.environ.get("DLTRAIN_HOME", ".dltrain"), "spark-submit")
         os.makedirs(log_path, exist_ok=True)
         log_file = os.path.join(log_path, f"{staged.spec.identity.job_name}.log")
-        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **self.env}
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            **self.options.env,
+        }
         env.pop("PYSPARK_GATEWAY_PORT", None)
         with open(log_file, "ab") as out:
             proc = subprocess.Popen(

@@ -24,7 +24,7 @@ class TrainingEngine(StagedResults):
 
     name = "training"
     stager: Stager
-    checkpoint_uri_option: str | None = None
+    options: Any = None
 
     @property
     def world_size(self) -> int:
@@ -55,7 +55,7 @@ class TrainingEngine(StagedResults):
         """Stage ``spec`` with its checkpoint URI filled in (the option, or one per task and inputs)."""
         if not isinstance(spec, TrainJobSpec):
             raise InvalidSpecError(f"{self.name} runs training jobs only, not {type(spec).__name__}")
-        checkpoint = spec.checkpoint_uri or self.checkpoint_uri_option
+        checkpoint = spec.checkpoint_uri or getattr(self.options, "checkpoint_uri", None)
         if not checkpoint:
             checkpoint = self.stager.uri("runs", spec.identity.task_key, "checkpoints", checkpoint_key(spec))
         return self.stager.stage(dataclasses.replace(spec, checkpoint_uri=checkpoint))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dltrain.engines import Engine, get_engine
@@ -37,9 +36,11 @@ class EngineHook:
     def region(self) -> str | None:
         return self.region_name or self.client("s3").meta.region_name
 
-    def get_engine(self, name: str, options: Mapping[str, Any] | None = None) -> Engine:
-        """The adapter ``name`` with ``options``; the console region defaults to the connection's."""
-        opts = dict(options or {})
-        if name not in ("spark_submit", "ray", "kubeflow"):  # none talks to an AWS region
-            opts.setdefault("region", self.region)
-        return get_engine(name, self.client, opts)
+    def get_engine(self, name: str, options: Any = None) -> Engine:
+        """The adapter ``name`` with ``options`` (a mapping or its options object); the console region
+        of a place in an AWS region defaults to the connection's."""
+        from airflow_provider_dltrain.engines.placement import PLACES, with_region
+
+        where = PLACES.get(name)
+        region = self.region if where is not None and where.regional else None
+        return get_engine(name, self.client, with_region(name, options, region))

@@ -43,14 +43,12 @@ def identity_from(context: Context) -> RunIdentity:
 
 
 def checked_options(engine: Any, options: Any, *, what: str = "engine") -> Any:
-    """``options`` (a dict, an engine's options dataclass, or a Jinja string) as the operator keeps them,
-    an unknown key refused now, while the DAG file is parsed (a templated value is checked when rendered)."""
-    from airflow_provider_dltrain.engines import check_engine_options, options_dict
+    """``options`` (a dict, an engine's options object, or a Jinja string) as the operator keeps them:
+    the engine's options object, checked now while the DAG file is parsed; a dict where a value is
+    templated (checked when rendered), a Jinja string as it is."""
+    from airflow_provider_dltrain.engines import check_engine_options
 
-    if isinstance(options, str):
-        return options
-    check_engine_options(engine, options, what=what)
-    return options_dict(options)
+    return check_engine_options(engine, options, what=what)
 
 
 class EngineJobLink(BaseOperatorLink):
@@ -73,10 +71,11 @@ class EngineJobLink(BaseOperatorLink):
 
 
 class EngineRun:
-    """The engine part of an operator: ``engine``, ``engine_options``, ``aws_conn_id``, ``deferrable``."""
+    """The engine part of an operator: where it runs (``engine`` and ``engine_options`` of a stage, see
+    :meth:`where`), ``aws_conn_id``, ``deferrable``."""
 
     engine: str
-    engine_options: dict[str, Any]
+    engine_options: Any
     aws_conn_id: str | None
     deferrable: bool
     poll_interval: float
@@ -84,10 +83,14 @@ class EngineRun:
     _job: tuple[Engine, JobHandle] | None = None
     _kill_requested: bool = False  # on_kill came before the job was known (while it was submitted)
 
+    def where(self) -> tuple[str, Any]:
+        """The place's name and options as the user wrote them (``backend=`` for training)."""
+        return str(self.engine), self.engine_options
+
     def _engine(self) -> Engine:
         from airflow_provider_dltrain.hooks.engines import EngineHook
 
-        return EngineHook(self.aws_conn_id).get_engine(self.engine, self.engine_options)
+        return EngineHook(self.aws_conn_id).get_engine(*self.where())
 
     def run_stage_on_engine(
         self, context: Context, spec: RunSpec, local: Callable[[], dict[str, Any]]
@@ -130,12 +133,13 @@ class EngineRun:
             )
         self.job_started(context, engine, handle)
         if self.deferrable:
+            from airflow_provider_dltrain.engines import options_dict
             from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
 
             trigger = EngineJobTrigger(
                 engine=engine.name,
                 handle=handle.to_dict(),
-                engine_options=dict(self.engine_options),
+                engine_options=options_dict(self.where()[1]),
                 aws_conn_id=self.aws_conn_id,
                 poll_interval=self.poll_interval,
                 **self.trigger_extras(),

@@ -32,9 +32,13 @@ class RemoteTraining(EngineRun):
     """Mixed into ``TrainModelOperator``: its task's :class:`TrainingRequest` as a cloud job."""
 
     backend: Any
-    backend_options: dict[str, Any]
+    backend_options: Any
     mlflow_conn_id: str
     _launcher: RemoteLauncher | None = None
+
+    def where(self) -> tuple[str, Any]:
+        """Training runs where ``backend=`` says, with ``backend_options``."""
+        return str(self.backend), self.backend_options
 
     def _remote_launcher(self, engine: Engine, tracking: TrackingConfig | None = None) -> RemoteLauncher:
         from airflow_provider_dltrain.operators.task_context import storage_options_for
@@ -56,7 +60,6 @@ class RemoteTraining(EngineRun):
         """
         from airflow_provider_dltrain.airflow_compat import TaskDeferred
 
-        self.engine, self.engine_options = str(self.backend), dict(self.backend_options)
         engine = self._engine()
         launcher = self._remote_launcher(engine, request.tracking or None)
         identity = identity_from(context)
@@ -95,7 +98,6 @@ class RemoteTraining(EngineRun):
 
     def complete_remote(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """``execute_complete`` after the trigger fired."""
-        self.engine, self.engine_options = str(self.backend), dict(self.backend_options)
         self._remote_launcher(self._engine())
         try:
             return self.resume_from_trigger(context, event)

@@ -46,8 +46,9 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         ``"glue"``, ``"emr"``, ``"emr_serverless"``, ``"spark_submit"`` (any Spark cluster),
         ``"sagemaker_processing"`` (a processing job) or ``"ec2"`` (one instance per run, Spark ``local[*]``).
     :param engine_options: the engine's settings (templated), e.g. ``{"staging_uri": "s3://b/dltrain",
-        "role": "GlueRole"}`` for Glue, or the engine's options dataclass (``engines.glue.GlueOptions``);
-        an unknown key fails when the DAG file is parsed. See the docs' "Running on AWS" (docs/aws.md).
+        "role": "GlueRole"}`` for Glue, or the engine's options object (``engines.glue.GlueOptions``);
+        an unknown key or a bad value fails when the DAG file is parsed, and the operator keeps the
+        typed object (a dict with a Jinja value: checked once rendered). See docs/engines/index.md.
     :param deferrable: wait for a cloud job in the triggerer instead of a worker slot.
     :param poll_interval: seconds between job state checks.
     :param write: a :class:`DeltaWriteOptions` (or its dict), ``partition_formats`` included.

@@ -66,8 +66,10 @@ class TrainModelOperator(LineageResultMixin, RemoteTraining, BaseOperator):
         ``engines/ec2.py``), ``"ray"`` (a Ray job on an existing cluster, ``engines/ray_jobs.py``),
         ``"kubeflow"`` (a Kubeflow Trainer TrainJob, ``engines/kubeflow.py``), another registered
         name, or a backend object.
-    :param backend_options: keyword arguments of the named backend, e.g. ``{"num_processes": 2}``;
-        for ``sagemaker`` ``staging_uri``, ``role``, ``instance_type``, ``instance_count``,
+    :param backend_options: the named backend's options: its options object (``DdpOptions``,
+        ``SageMakerOptions``, …) or a dict of its fields, e.g. ``{"num_processes": 2}``, checked (names
+        and values) when the DAG file is parsed, the typed object kept (a dict with a Jinja value:
+        checked once rendered); for ``sagemaker`` ``staging_uri``, ``role``, ``instance_type``, ``instance_count``,
         ``processes_per_host``, ``distribution``, ``use_spot``, ``tracking_secret``, … (no secrets);
         for ``ray`` ``address`` (the dashboard URL), ``staging_uri``, ``num_workers``, …; for
         ``kubeflow`` ``staging_uri``, ``image``, ``num_nodes``, ``runtime``, ``service_account``, ….

@@ -268,14 +268,18 @@ def _score(
     """``metrics`` of ``fn(ctx, model)`` for one version, and the rows its loaders read."""
     import torch
 
-    from airflow_provider_dltrain.training.context import TrainContext
+    from airflow_provider_dltrain.training.context import RankSeat, TrainContext
     from airflow_provider_dltrain.training.rank_job import seed_everything
 
     model = load_version(tracking, mv, allow_pickle=allow_pickle)
     seed = int(hparams.get("seed", 0))
     with tempfile.TemporaryDirectory(prefix="dltrain-gate-") as scratch:
         ctx = TrainContext(
-            plan=plan, hparams=hparams, seed=seed, checkpoint_dir=scratch, device=torch.device("cpu")
+            plan=plan,
+            hparams=hparams,
+            seed=seed,
+            checkpoint_dir=scratch,
+            rank=RankSeat(device=torch.device("cpu")),
         )
         seed_everything(seed)  # the same random state for both models: any sampling draws the same rows
         result = fn(ctx, model)

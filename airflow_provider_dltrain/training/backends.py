@@ -17,11 +17,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from airflow_provider_dltrain.engines.placement import (
+    PLACES,
+    TRAINING,
+    Options,
+    Place,
+    add_place,
+    names,
+    options_dict,
+)
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure
-from airflow_provider_dltrain.training.forked import ForkedDDPBackend
-from airflow_provider_dltrain.training.horovod_backend import HorovodBackend
+from airflow_provider_dltrain.training.forked import DdpOptions, ForkedDDPBackend
+from airflow_provider_dltrain.training.horovod_backend import HorovodBackend, HorovodOptions
 from airflow_provider_dltrain.training.rank_job import RankJob, execute, record_failure
 from airflow_provider_dltrain.training.rundir import (
     RUN_URI_ENV,
@@ -47,22 +56,29 @@ class Backend(Protocol):
 
 
 @dataclass(frozen=True)
-class LocalOptions:
-    """``backend_options`` of ``backend="local"`` (:class:`LocalBackend`), typed: the keyword arguments its constructor takes."""
+class LocalOptions(Options):
+    """``backend_options`` of ``backend="local"`` (:class:`LocalBackend`).
+
+    :param num_threads: torch intra-op threads while training (default: torch's count the first time
+        this process trains, kept for later runs whatever ``torch.set_num_threads`` did).
+    """
 
     num_threads: int | None = None
 
+    def check(self) -> None:
+        if self.num_threads is not None and int(self.num_threads) < 1:
+            raise InvalidSpecError(f"num_threads must be >= 1, got {self.num_threads!r}")
+        self._set(num_threads=None if self.num_threads is None else int(self.num_threads))
+
 
 class LocalBackend:
-    """One process: this one. What a notebook, a test or a single Airflow task uses."""
+    """One process: this one. What a notebook, a test or a single Airflow task uses (options:
+    :class:`LocalOptions`, or its fields as keywords)."""
 
     name = "local"
 
-    def __init__(self, num_threads: int | None = None) -> None:
-        """:param num_threads: torch intra-op threads while training (default: torch's count the
-        first time this process trains, kept for later runs whatever ``torch.set_num_threads`` did).
-        """
-        self.num_threads = num_threads
+    def __init__(self, options: LocalOptions | Mapping[str, Any] | None = None, **given: Any) -> None:
+        self.options = LocalOptions.of(options if options is not None else given)
 
     @property
     def world_size(self) -> int:
@@ -73,7 +89,7 @@ class LocalBackend:
 
         previous = torch.get_num_threads()
         # CPU kernels split sums by thread: a fixed count per configuration keeps results bit-identical
-        torch.set_num_threads(self.num_threads or _default_threads())
+        torch.set_num_threads(self.options.num_threads or _default_threads())
         try:
             return execute(job, rank=0, world_size=1, local_rank=0)
         except Exception as err:
@@ -91,8 +107,15 @@ def _default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class TorchDistributorOptions:
-    """``backend_options`` of ``backend="torch_distributor"`` (:class:`TorchDistributorBackend`), typed: the keyword arguments its constructor takes."""
+class TorchDistributorOptions(Options):
+    """``backend_options`` of ``backend="torch_distributor"`` (:class:`TorchDistributorBackend`).
+
+    :param num_processes: number of ranks.
+    :param local_mode: run on the driver (True) or on the cluster's executors (False).
+    :param use_gpu: one GPU per process (needs Spark GPU resources configured).
+    :param spark_conf: extra Spark settings if this backend has to start the session.
+    :param run_uri: shared storage for run directories: ``s3://bucket/prefix`` or a path every node mounts.
+    """
 
     num_processes: int = 2
     local_mode: bool = True
@@ -100,9 +123,21 @@ class TorchDistributorOptions:
     spark_conf: Mapping[str, str] | None = None
     run_uri: str | None = None
 
+    def check(self) -> None:
+        if int(self.num_processes) < 1:
+            raise InvalidSpecError(f"num_processes must be >= 1, got {self.num_processes!r}")
+        self._set(
+            num_processes=int(self.num_processes),
+            local_mode=bool(self.local_mode),
+            use_gpu=bool(self.use_gpu),
+            spark_conf=dict(self.spark_conf or {}),
+            run_uri=check_run_uri(self.run_uri) if self.run_uri else None,
+        )
+
 
 class TorchDistributorBackend:
-    """DDP over ``num_processes`` processes launched by ``pyspark.ml.torch.distributor.TorchDistributor``.
+    """DDP over ``num_processes`` processes launched by ``pyspark.ml.torch.distributor.TorchDistributor``
+    (options: :class:`TorchDistributorOptions`, or its fields as keywords).
 
     ``local_mode=True`` runs torchrun on this machine (gloo on CPU, one thread per process unless
     ``OMP_NUM_THREADS`` says otherwise - torchrun's rule, so the count is fixed per configuration);
@@ -113,40 +148,23 @@ class TorchDistributorBackend:
     ``_dltrain_runs`` beside the table (``s3://bucket/lake/digits`` -> ``s3://bucket/lake/_dltrain_runs``).
     ``s3://`` is reached with the job's storage options. Local mode keeps ``$DLTRAIN_HOME/runs/<run_id>``
     unless ``run_uri`` is given.
-
-    :param num_processes: number of ranks.
-    :param local_mode: run on the driver (True) or on the cluster's executors (False).
-    :param use_gpu: one GPU per process (needs Spark GPU resources configured).
-    :param spark_conf: extra Spark settings if this backend has to start the session.
-    :param run_uri: shared storage for run directories: ``s3://bucket/prefix`` or a path every node mounts.
     """
 
     name = "torch_distributor"
 
     def __init__(
-        self,
-        num_processes: int = 2,
-        local_mode: bool = True,
-        use_gpu: bool = False,
-        spark_conf: Mapping[str, str] | None = None,
-        run_uri: str | None = None,
+        self, options: TorchDistributorOptions | Mapping[str, Any] | None = None, **given: Any
     ) -> None:
-        if int(num_processes) < 1:
-            raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
-        self.num_processes = int(num_processes)
-        self.local_mode = bool(local_mode)
-        self.use_gpu = bool(use_gpu)
-        self.spark_conf = dict(spark_conf or {})
-        self.run_uri = check_run_uri(run_uri) if run_uri else None
+        self.options = TorchDistributorOptions.of(options if options is not None else given)
 
     @property
     def world_size(self) -> int:
-        return self.num_processes
+        return self.options.num_processes
 
     def shared_run_dir(self, run_id: str, plan: ScanPlan) -> str | None:
         """The run directory on shared storage that ranks on other machines can reach; ``None``: a local one."""
-        root = self.run_uri
-        if root is None and not self.local_mode:
+        root = self.options.run_uri
+        if root is None and not self.options.local_mode:
             configured = os.environ.get(RUN_URI_ENV)
             root = check_run_uri(configured) if configured else default_run_root(plan.ref.uri)
         return join(root, run_id) if root else None
@@ -160,101 +178,76 @@ class TorchDistributorBackend:
         require("pyspark", "spark")
         from pyspark.ml.torch.distributor import TorchDistributor
 
-        spark_session(conf=self.spark_conf)
+        spark_session(conf=self.options.spark_conf)
         payload = dumps(job, job.train_fn)
         distributor = TorchDistributor(
-            num_processes=self.num_processes, local_mode=self.local_mode, use_gpu=self.use_gpu
+            num_processes=self.options.num_processes,
+            local_mode=self.options.local_mode,
+            use_gpu=self.options.use_gpu,
         )
         try:
-            with inherit_sys_path() if self.local_mode else contextlib.nullcontext():
+            with inherit_sys_path() if self.options.local_mode else contextlib.nullcontext():
                 output = distributor.run(run_rank, payload)
         except Exception as err:
-            raise failure(job.run_dir, self.num_processes, str(err), job.storage_options) from err
+            raise failure(job.run_dir, self.options.num_processes, str(err), job.storage_options) from err
         if not isinstance(output, dict):
             raise failure(
                 job.run_dir,
-                self.num_processes,
+                self.options.num_processes,
                 f"rank 0 returned {type(output).__name__}, not a report",
                 job.storage_options,
             )
         return output
 
 
-_BUILT_IN: dict[str, Callable[..., Backend]] = {
-    LocalBackend.name: LocalBackend,
-    TorchDistributorBackend.name: TorchDistributorBackend,
-    ForkedDDPBackend.name: ForkedDDPBackend,
-    HorovodBackend.name: HorovodBackend,
-}
-BACKENDS: dict[str, Callable[..., Backend]] = dict(_BUILT_IN)
+# the in-process places (engines.placement lists the adapters that run training as a job elsewhere)
+for _backend, _options in (
+    (LocalBackend, LocalOptions),
+    (TorchDistributorBackend, TorchDistributorOptions),
+    (ForkedDDPBackend, DdpOptions),
+    (HorovodBackend, HorovodOptions),
+):
+    add_place(Place(_backend.name, frozenset({TRAINING}), _backend, _options, remote=False, regional=False))
 
 
 def register_backend(name: str, factory: Callable[..., Backend]) -> None:
-    """Make ``backend=name`` resolve to ``factory(**backend_options)`` (e.g. a SageMaker or EC2 backend)."""
-    BACKENDS[name] = factory
+    """Make ``backend=name`` resolve to ``factory(**backend_options)``: a backend of your own, run in
+    this process (its options are not checked before it is built)."""
+    add_place(Place(name, frozenset({TRAINING}), factory, None, remote=False, regional=False))
 
 
 def backend_options_class(name: str) -> type | None:
-    """The options dataclass of a built-in backend ``name`` (a training engine's included)."""
-    from airflow_provider_dltrain.engines import options_class
-    from airflow_provider_dltrain.training.forked import DdpOptions
-    from airflow_provider_dltrain.training.horovod_backend import HorovodOptions
-
-    classes: dict[str, type] = {
-        LocalBackend.name: LocalOptions,
-        TorchDistributorBackend.name: TorchDistributorOptions,
-        ForkedDDPBackend.name: DdpOptions,
-        HorovodBackend.name: HorovodOptions,
-    }
-    return classes.get(name) or options_class(name)
+    """The options dataclass of backend ``name`` (a training engine's included); ``None`` if it has none."""
+    where = PLACES.get(name)
+    return where.options_class() if where is not None and TRAINING in where.runs else None
 
 
-def check_backend_options(backend: Any, options: Any) -> None:
-    """Refuse an option the named backend does not take, naming it and listing the valid ones.
+def checked_backend_options(backend: Any, options: Any) -> Any:
+    """``options`` as the named backend's options object, names and values checked (an unknown key is
+    refused naming it and the valid ones); a mapping with a Jinja value or a Jinja string is kept as it
+    is, its names checked. A backend object, a templated name or a backend registered under a name of
+    its own: ``options`` as a mapping."""
+    from airflow_provider_dltrain.engines import check_engine_options
 
-    A backend object, a templated name, a Jinja string of options or a backend registered with
-    :func:`register_backend` under a name of its own are not checked here.
-    """
-    import dataclasses
-
-    from airflow_provider_dltrain.engines import options_dict
-
-    if not isinstance(backend, str) or "{{" in backend or isinstance(options, str) or not options:
-        return
-    cls = backend_options_class(backend)
-    if cls is None or BACKENDS.get(backend) not in (None, *_BUILT_IN.values()):
-        return
-    valid = sorted(f.name for f in dataclasses.fields(cls))
-    for key in sorted(options_dict(options), key=str):
-        if key not in valid:
-            raise InvalidSpecError(
-                f"unknown backend option {key!r} for backend {backend!r}; valid: {', '.join(valid)}"
-            )
+    return check_engine_options(backend, options, what="backend")
 
 
-def checked_backend_options(backend: Any, options: Any) -> dict[str, Any]:
-    """``options`` (a dict or the backend's options dataclass) as a dict, an unknown key refused."""
-    from airflow_provider_dltrain.engines import options_dict
-
-    check_backend_options(backend, options)
-    return options_dict(options)
-
-
-def get_backend(backend: str | Backend | None, options: Mapping[str, Any] | None = None) -> Backend:
+def get_backend(backend: str | Backend | None, options: Any = None) -> Backend:
     """A backend object from a name plus options, or the object itself (then ``options`` must be empty)."""
     if backend is None:
         backend = "local"
     if isinstance(backend, str):
-        factory = BACKENDS.get(backend)
-        if factory is None:
-            raise InvalidSpecError(f"unknown training backend {backend!r}; known: {sorted(BACKENDS)}")
-        from airflow_provider_dltrain.engines import options_dict
-
+        where = PLACES.get(backend)
+        if where is None or TRAINING not in where.runs or where.remote:
+            known = sorted(names(TRAINING, remote=False))
+            raise InvalidSpecError(f"unknown training backend {backend!r}; known: {known}")
+        if where.options_class() is not None:
+            return where.factory_of()(where.options_of(options, what="backend"))  # type: ignore[misc]
         try:
-            return factory(**options_dict(options))
+            return where.factory_of()(**options_dict(options))  # type: ignore[misc]
         except TypeError as err:
             raise InvalidSpecError(
-                f"backend_options {dict(options or {})} do not fit backend {backend!r}: {err}"
+                f"backend_options {options_dict(options)} do not fit backend {backend!r}: {err}"
             ) from err
     if options:
         raise InvalidSpecError(

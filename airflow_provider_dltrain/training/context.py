@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_dltrain.exceptions import InvalidSpecError
@@ -40,6 +41,29 @@ class Collectives(Protocol):
     def barrier(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class RankSeat:
+    """Where this process sits in the job: its rank among ``world_size``, its rank on this machine,
+    its device, and how ranks talk when not through ``torch.distributed`` (Horovod's collectives)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: Any = None
+    collectives: Collectives | None = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Who watches the run: its MLflow tracker, a search's early-stopping judge (rank 0), whether the
+    run stops early at all, and rank 0's check of non-finite metrics."""
+
+    tracker: RankTracker | None = None
+    stopper: TrialStopper | None = None
+    early_stopping: bool = False
+    guard: FiniteGuard | None = None
+
+
 class TrainContext:
     """The training function's only handle on the outside world.
 
@@ -57,34 +81,29 @@ class TrainContext:
         *,
         plan: ScanPlan,
         hparams: Mapping[str, Any],
-        rank: int = 0,
-        world_size: int = 1,
-        local_rank: int = 0,
-        device: Any = None,
-        seed: int = 0,
         checkpoint_dir: str,
-        tracker: RankTracker | None = None,
-        stopper: TrialStopper | None = None,
-        early_stopping: bool = False,
-        collectives: Collectives | None = None,
-        guard: FiniteGuard | None = None,
+        seed: int = 0,
+        rank: RankSeat | None = None,
+        watch: Watch | None = None,
     ) -> None:
         import torch
 
+        seat, watch = rank or RankSeat(), watch or Watch()
         self.plan = plan
         self.hparams = dict(hparams)
-        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self.device = device if device is not None else torch.device("cpu")
+        self.rank, self.world_size, self.local_rank = seat.rank, seat.world_size, seat.local_rank
+        self.device = seat.device if seat.device is not None else torch.device("cpu")
         self.seed = seed
         self.checkpoint_dir = checkpoint_dir
-        self.tracker = tracker
-        self.stopper = stopper  # rank 0's early-stopping judge when this run is a trial of a search
-        self.early_stopping = early_stopping or stopper is not None  # every rank knows; rank 0 judges
+        self.tracker = watch.tracker
+        self.stopper = watch.stopper  # rank 0's early-stopping judge when this run is a trial of a search
+        # every rank knows; rank 0 judges
+        self.early_stopping = watch.early_stopping or watch.stopper is not None
+        self.collectives = seat.collectives  # None: torch.distributed (DDP) when world_size > 1
+        self.guard = watch.guard  # rank 0's check of non-finite metrics (the reported ones); None elsewhere
         self.stop_decision: StopDecision | None = None
         self.last_metrics: dict[str, float] = {}
         self._handles_stopping = False
-        self.collectives = collectives  # None: torch.distributed (DDP) when world_size > 1
-        self.guard = guard  # rank 0's check of non-finite metrics (the reported ones); None elsewhere
         self.model: Any = None  # the unwrapped model given to ``wrap``
         self.model_uri: str | None = None
         self.rows_seen: dict[str, int] = {}

@@ -30,10 +30,11 @@ import os
 import pickle
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.errors import failure
 from airflow_provider_dltrain.training.rank_job import RankJob
@@ -62,28 +63,32 @@ _PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
-class DdpOptions:
-    """``backend_options`` of ``backend="ddp"`` (:class:`ForkedDDPBackend`), typed: the keyword arguments its constructor takes."""
-
-    num_processes: int = 2
-
-
-class ForkedDDPBackend:
-    """DDP over ``num_processes`` ranks forked on this machine from a warm fork server (gloo on CPU).
+class DdpOptions(Options):
+    """``backend_options`` of ``backend="ddp"`` (:class:`ForkedDDPBackend`).
 
     :param num_processes: number of ranks (each collective times out after the job's ``timeout_s``).
     """
 
+    num_processes: int = 2
+
+    def check(self) -> None:
+        if int(self.num_processes) < 1:
+            raise InvalidSpecError(f"num_processes must be >= 1, got {self.num_processes!r}")
+        self._set(num_processes=int(self.num_processes))
+
+
+class ForkedDDPBackend:
+    """DDP over ``num_processes`` ranks forked on this machine from a warm fork server (gloo on CPU);
+    options: :class:`DdpOptions` (or its fields as keywords)."""
+
     name = "ddp"
 
-    def __init__(self, num_processes: int = 2) -> None:
-        if int(num_processes) < 1:
-            raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
-        self.num_processes = int(num_processes)
+    def __init__(self, options: DdpOptions | Mapping[str, Any] | None = None, **given: Any) -> None:
+        self.options = DdpOptions.of(options if options is not None else given)
 
     @property
     def world_size(self) -> int:
-        return self.num_processes
+        return self.options.num_processes
 
     def run(self, job: RankJob) -> dict[str, Any]:
         import torch.multiprocessing as tmp
@@ -97,7 +102,7 @@ class ForkedDDPBackend:
         result = os.path.join(logs, f"rank-0-report-{uuid.uuid4().hex}.pickle")
         args = (
             dumps(job, job.train_fn),
-            self.num_processes,
+            self.options.num_processes,
             free_port(),
             dict(os.environ),
             os.getcwd(),
@@ -105,10 +110,14 @@ class ForkedDDPBackend:
             logs,
             result,
         )
-        tails = [_Tail(os.path.join(logs, f"rank-{r}.log"), r) for r in range(self.num_processes)]
+        tails = [_Tail(os.path.join(logs, f"rank-{r}.log"), r) for r in range(self.options.num_processes)]
         with _without_main_script():
             context = tmp.start_processes(
-                _rank_main, args=args, nprocs=self.num_processes, join=False, start_method="forkserver"
+                _rank_main,
+                args=args,
+                nprocs=self.options.num_processes,
+                join=False,
+                start_method="forkserver",
             )
         try:
             while not context.join(timeout=0.5):
@@ -116,7 +125,7 @@ class ForkedDDPBackend:
                     tail.pump()
         except ProcessException as err:
             # join() has stopped the other ranks already
-            raise failure(job.run_dir, self.num_processes, str(err), job.storage_options) from err
+            raise failure(job.run_dir, self.options.num_processes, str(err), job.storage_options) from err
         except BaseException:
             _stop(context.processes)
             raise
@@ -128,7 +137,10 @@ class ForkedDDPBackend:
                 report = pickle.load(handle)
         except OSError as err:
             raise failure(
-                job.run_dir, self.num_processes, f"rank 0 ended without a report: {err}", job.storage_options
+                job.run_dir,
+                self.options.num_processes,
+                f"rank 0 ended without a report: {err}",
+                job.storage_options,
             ) from err
         finally:
             with contextlib.suppress(OSError):

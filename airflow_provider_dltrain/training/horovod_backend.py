@@ -18,9 +18,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dltrain.engines.placement import Options
 from airflow_provider_dltrain.exceptions import InvalidSpecError, MissingExtraError
 from airflow_provider_dltrain.lake.storage import is_remote
 from airflow_provider_dltrain.training.errors import failure
@@ -166,22 +168,8 @@ def main(argv: list[str]) -> int:
 
 
 @dataclass(frozen=True)
-class HorovodOptions:
-    """``backend_options`` of ``backend="horovod"`` (:class:`HorovodBackend`), typed: the keyword arguments its constructor takes."""
-
-    num_processes: int = 2
-    hosts: str | None = None
-    run_uri: str | None = None
-    start_timeout: int = 60
-
-
-class HorovodBackend:
-    """``train(ctx)`` on ``num_processes`` Horovod ranks over gloo, launched by ``horovodrun``.
-
-    Like torchrun, each rank gets ``OMP_NUM_THREADS=1`` unless the environment sets it, so the
-    thread count (and with it the float sums) is fixed per configuration. Ranks only ever see the
-    pickled job: MLflow credentials travel inside it (a file readable by its owner, removed after
-    the run), not through ``horovodrun``'s command line.
+class HorovodOptions(Options):
+    """``backend_options`` of ``backend="horovod"`` (:class:`HorovodBackend`).
 
     :param num_processes: number of ranks.
     :param hosts: ``horovodrun -H`` value (default ``localhost:<num_processes>``); hosts other than
@@ -190,33 +178,48 @@ class HorovodBackend:
     :param start_timeout: seconds ``horovodrun`` waits for all ranks to start.
     """
 
+    num_processes: int = 2
+    hosts: str | None = None
+    run_uri: str | None = None
+    start_timeout: int = 60
+
+    def check(self) -> None:
+        if int(self.num_processes) < 1:
+            raise InvalidSpecError(f"num_processes must be >= 1, got {self.num_processes!r}")
+        if self.run_uri and is_remote(check_run_uri(self.run_uri)):
+            raise InvalidSpecError(
+                f"run_uri {self.run_uri!r}: the horovod backend needs a path every host mounts, not object storage"
+            )
+        self._set(
+            num_processes=int(self.num_processes),
+            hosts=self.hosts or f"localhost:{int(self.num_processes)}",
+            run_uri=check_run_uri(self.run_uri) if self.run_uri else None,
+            start_timeout=int(self.start_timeout),
+        )
+
+
+class HorovodBackend:
+    """``train(ctx)`` on ``num_processes`` Horovod ranks over gloo, launched by ``horovodrun``
+    (options: :class:`HorovodOptions`, or its fields as keywords).
+
+    Like torchrun, each rank gets ``OMP_NUM_THREADS=1`` unless the environment sets it, so the
+    thread count (and with it the float sums) is fixed per configuration. Ranks only ever see the
+    pickled job: MLflow credentials travel inside it (a file readable by its owner, removed after
+    the run), not through ``horovodrun``'s command line.
+    """
+
     name = "horovod"
 
-    def __init__(
-        self,
-        num_processes: int = 2,
-        hosts: str | None = None,
-        run_uri: str | None = None,
-        start_timeout: int = 60,
-    ) -> None:
-        if int(num_processes) < 1:
-            raise InvalidSpecError(f"num_processes must be >= 1, got {num_processes!r}")
-        self.num_processes = int(num_processes)
-        self.hosts = hosts or f"localhost:{self.num_processes}"
-        if run_uri and is_remote(check_run_uri(run_uri)):
-            raise InvalidSpecError(
-                f"run_uri {run_uri!r}: the horovod backend needs a path every host mounts, not object storage"
-            )
-        self.run_uri = check_run_uri(run_uri) if run_uri else None
-        self.start_timeout = int(start_timeout)
+    def __init__(self, options: HorovodOptions | Mapping[str, Any] | None = None, **given: Any) -> None:
+        self.options = HorovodOptions.of(options if options is not None else given)
 
     @property
     def world_size(self) -> int:
-        return self.num_processes
+        return self.options.num_processes
 
     def shared_run_dir(self, run_id: str, plan: ScanPlan) -> str | None:
         """``<run_uri>/<run_id>`` when ``run_uri`` is set; ``None``: ``$DLTRAIN_HOME/runs/<run_id>``."""
-        return os.path.join(self.run_uri, run_id) if self.run_uri else None
+        return os.path.join(self.options.run_uri, run_id) if self.options.run_uri else None
 
     def command(self, job_file: str) -> list[str]:
         """The ``horovodrun`` command line that runs every rank of ``job_file``."""
@@ -224,11 +227,11 @@ class HorovodBackend:
             _horovodrun(),
             "--gloo",
             "-np",
-            str(self.num_processes),
+            str(self.options.num_processes),
             "-H",
-            self.hosts,
+            self.options.hosts,
             "--start-timeout",
-            str(self.start_timeout),
+            str(self.options.start_timeout),
             sys.executable,
             "-m",
             _ENTRY,
@@ -251,7 +254,7 @@ class HorovodBackend:
         reports = [r for r in read_json_files(job.run_dir, "ranks", "rank-0.json", {}) if r.get("rank") == 0]
         if code != 0 or not reports:
             detail = output if code != 0 else f"horovodrun exited 0 but rank 0 wrote no report\n{output}"
-            raise failure(job.run_dir, self.num_processes, detail)
+            raise failure(job.run_dir, self.options.num_processes, detail)
         return reports[0]
 
 

@@ -168,7 +168,7 @@ def execute(
     """
     import torch
 
-    from airflow_provider_dltrain.training.context import TrainContext
+    from airflow_provider_dltrain.training.context import RankSeat, TrainContext, Watch
     from airflow_provider_dltrain.training.finite import FiniteGuard
 
     started = time.monotonic()
@@ -178,17 +178,10 @@ def execute(
         ctx = TrainContext(
             plan=job.plan,
             hparams=job.hparams,
-            rank=rank,
-            world_size=world_size,
-            local_rank=local_rank,
-            device=_device(local_rank),
-            seed=job.seed,
             checkpoint_dir=checkpoint_dir,
-            tracker=tracker,
-            stopper=_stopper(job, rank),
-            early_stopping=job.early_stopping is not None,
-            collectives=collectives,
-            guard=guard,
+            seed=job.seed,
+            rank=RankSeat(rank, world_size, local_rank, _device(local_rank), collectives),
+            watch=Watch(tracker, _stopper(job, rank), job.early_stopping is not None, guard),
         )
         with _closing(tracker) as final:
             with deterministic_torch():

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
+from airflow_provider_dltrain.engines.glue import GlueOptions
 from airflow_provider_dltrain.operators import (
     DeltaWriteOptions,
     DltrainReapOperator,
@@ -33,17 +34,13 @@ COMMON = {
 
 with DAG(dag_id="docs_glue", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     # --8<-- [start:glue]
-    GLUE = {
-        "staging_uri": "s3://my-lake/dltrain-staging",
-        "role": "arn:aws:iam::123456789012:role/DltrainGlueJob",
-        "worker_type": "G.1X",
-        "number_of_workers": 4,
-        "additional_python_modules": [
-            "deltalake==1.6.6",
-            "tenacity>=9",
-            "pillow",
-        ],  # + what the transform imports
-    }
+    GLUE = GlueOptions(  # or a dict of the same fields; either is checked when the file is parsed
+        staging_uri="s3://my-lake/dltrain-staging",
+        role="arn:aws:iam::123456789012:role/DltrainGlueJob",
+        worker_type="G.1X",
+        number_of_workers=4,
+        additional_python_modules=["deltalake==1.6.6", "tenacity>=9", "pillow"],  # + the transform's
+    )
 
     SparkToDeltaOperator(
         task_id="ingest_images",

@@ -15,7 +15,7 @@ import pytest
 from engine_helpers import aws_client, staged_ec2_run
 
 from airflow_provider_dltrain.engines import outcome, wait
-from airflow_provider_dltrain.engines.ec2 import Ec2Engine
+from airflow_provider_dltrain.engines.ec2 import Ec2Engine, Ec2Options
 from airflow_provider_dltrain.testing.local_executor import labelled
 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
@@ -33,10 +33,12 @@ def _run_on_two_hosts(env, **options):
     """Launch, wait, read the result; returns it with the instances' addresses and what docker saw."""
     engine = Ec2Engine(
         lambda service: aws_client(service, env["endpoint"]),
-        staging_uri=f"s3://{env['bucket']}/staging",
-        image_id="ami-0abcdef1234567890",
-        max_minutes=30,
-        **options,
+        Ec2Options(
+            staging_uri=f"s3://{env['bucket']}/staging",
+            image_id="ami-0abcdef1234567890",
+            max_minutes=30,
+            **options,
+        ),
     )
     handle = engine.submit(staged_ec2_run(env["endpoint"], env["bucket"], {}, dag_id="hosts_dag"))
     try:

@@ -14,7 +14,7 @@ from engine_helpers import aws_client, aws_connection, staged_ec2_run
 
 from airflow_provider_dltrain.engines import JobFailedError, RunIdentity, outcome, wait
 from airflow_provider_dltrain.engines.base import StagedRun
-from airflow_provider_dltrain.engines.ec2 import Ec2Engine
+from airflow_provider_dltrain.engines.ec2 import Ec2Engine, Ec2Options
 from airflow_provider_dltrain.engines.ec2_node import horovodrun_argv, torchrun_argv
 from airflow_provider_dltrain.engines.ec2_plan import USER_DATA_LIMIT, parse_plan
 
@@ -29,7 +29,9 @@ def ec2_env(aws_leak_check):
 
 def _engine(env, **options) -> Ec2Engine:
     options.setdefault("image_id", "ami-0abcdef1234567890")
-    return Ec2Engine(env["clients"], staging_uri=f"s3://{env['bucket']}/staging", max_minutes=30, **options)
+    return Ec2Engine(
+        env["clients"], Ec2Options(staging_uri=f"s3://{env['bucket']}/staging", max_minutes=30, **options)
+    )
 
 
 def _staged(env, params, task_id="train", try_number=1) -> StagedRun:
@@ -97,7 +99,9 @@ def test_user_data_is_valid_bash_with_dead_man_switch_and_plan_for_both_launcher
 
 
 def test_ami_defaults_to_the_ssm_public_parameter(ec2_env):
-    image = Ec2Engine(ec2_env["clients"], staging_uri=f"s3://{ec2_env['bucket']}/s").resolve_image()
+    image = Ec2Engine(
+        ec2_env["clients"], Ec2Options(staging_uri=f"s3://{ec2_env['bucket']}/s")
+    ).resolve_image()
     assert image.startswith("ami-")
 
 

@@ -105,13 +105,16 @@ def test_the_node_function_sets_the_mounted_secret_in_its_environment_before_the
 
 
 def _engine(tmp_path: Path, **options: Any) -> Any:
-    from airflow_provider_dltrain.engines.kubeflow import KubeflowEngine
+    from airflow_provider_dltrain.engines.kubeflow import KubeflowEngine, KubeflowOptions
 
     def clients(service: str) -> Any:
         raise AssertionError(f"no {service} client is needed")
 
     return KubeflowEngine(
-        clients, staging_uri=str(tmp_path / "staging"), image="dltrain/train-kubeflow:local", **options
+        clients,
+        KubeflowOptions(
+            staging_uri=str(tmp_path / "staging"), image="dltrain/train-kubeflow:local", **options
+        ),
     )
 
 

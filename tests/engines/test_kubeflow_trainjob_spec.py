@@ -314,6 +314,4 @@ def test_a_misspelt_kubeflow_option_fails_when_the_dag_is_defined_and_the_datacl
     ):
         TrainModelOperator(backend_options={"staging_uri": "s3://b/s", "image": "i", "num_node": 4}, **kwargs)
     typed = TrainModelOperator(backend_options=KubeflowOptions(staging_uri="s3://b/s", image="i"), **kwargs)
-    assert (
-        typed.backend_options["num_nodes"] == 2 and typed.backend_options["runtime_backend"] == "kubernetes"
-    )
+    assert typed.backend_options.num_nodes == 2 and typed.backend_options.runtime_backend == "kubernetes"

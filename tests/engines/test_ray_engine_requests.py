@@ -72,7 +72,7 @@ def test_mlflow_credentials_go_to_the_job_only_when_no_secret_names_them():
         ({"placement_strategy": "ANYWHERE"}, "placement_strategy must be one of"),
         ({"runtime_env": {"working_dir": "."}}, "may not set working_dir"),
         ({"staging_uri": ""}, "staging_uri is required"),
-        ({"headers": {"Authorization": "x"}}, "do not fit engine 'ray'"),
+        ({"headers": {"Authorization": "x"}}, "unknown engine option 'headers' for engine 'ray'"),
     ],
 )
 def test_bad_options_fail_before_anything_is_submitted(options, message):

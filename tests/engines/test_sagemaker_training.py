@@ -9,6 +9,7 @@ report back to the operator.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -187,7 +188,7 @@ def test_the_create_training_job_request_is_exactly_what_sagemaker_needs(sm):
     assert staged.spec.checkpoint_uri.startswith(f"{root}/runs/{identity.task_key}/checkpoints/")
     assert SECRET_TOKEN not in json.dumps(request) + staged.spec.to_json()
     # without a secret the connection's credentials go to the job's environment, never elsewhere
-    engine.tracking_secret = None
+    engine.options = dataclasses.replace(engine.options, tracking_secret=None)
     bare = engine.request(staged)
     assert bare["Environment"]["MLFLOW_TRACKING_TOKEN"] == SECRET_TOKEN
     assert SECRET_TOKEN not in json.dumps(bare["HyperParameters"]) + staged.spec.to_json()

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_dltrain.engines import JobHandle, RunIdentity
 from airflow_provider_dltrain.engines.base import FAILED, RUNNING
-from airflow_provider_dltrain.engines.spark_submit import SparkSubmitEngine, _start_time
+from airflow_provider_dltrain.engines.spark_submit import SparkSubmitEngine, SparkSubmitOptions, _start_time
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -35,7 +35,9 @@ def _record(engine: SparkSubmitEngine, identity: RunIdentity, ids: dict) -> JobH
 
 
 def test_a_recorded_job_is_found_polled_and_cancelled_only_while_its_pid_is_that_process(tmp_path, sleeper):
-    engine = SparkSubmitEngine(None, master="spark://127.0.0.1:7077", staging_uri=str(tmp_path / "staging"))
+    engine = SparkSubmitEngine(
+        None, SparkSubmitOptions(master="spark://127.0.0.1:7077", staging_uri=str(tmp_path / "staging"))
+    )
     identity = RunIdentity(dag_id="d", run_id="r", task_id="t")
     started = _start_time(sleeper.pid)
     assert started is not None

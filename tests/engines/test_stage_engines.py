@@ -150,7 +150,7 @@ def test_the_processing_request_is_the_one_pysparkprocessor_sends():
     from airflow_provider_dltrain.engines.sagemaker_processing import SageMakerProcessingEngine
 
     engine = SageMakerProcessingEngine(
-        lambda service: mock.MagicMock(), staging_uri="s3://b/st", role=ROLE, image_uri=IMAGE
+        lambda service: mock.MagicMock(), {"staging_uri": "s3://b/st", "role": ROLE, "image_uri": IMAGE}
     )
     identity = RunIdentity(dag_id="d", run_id="r", task_id="ingest", try_number=2)
     spec = RunSpec(stage="etl", table_uri="s3://b/t", partition={"ds": "d"}, params={}, identity=identity)

@@ -14,6 +14,7 @@ from training_digits import DAYS
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.operators.training import MlflowRunLink, TrainModelOperator, mlflow_run_url
 from airflow_provider_dltrain.store.config import TrackingConfig
+from airflow_provider_dltrain.training.backends import TorchDistributorOptions
 
 HERE = Path(__file__).resolve().parent
 DAG_ID = "dltrain_train_operator_test"
@@ -161,7 +162,7 @@ def test_operator_templates_its_inputs_and_composes_the_backend():
         op.template_fields
     )
     assert any(isinstance(link, MlflowRunLink) for link in op.operator_extra_links)
-    assert op.backend_options == {"num_processes": 2} and op.mlflow_conn_id == "mlflow_default"
+    assert op.backend_options == TorchDistributorOptions(num_processes=2) and op.mlflow_conn_id == "mlflow_default"
 
 
 def test_mlflow_run_link_points_at_the_server_run_page_without_credentials():
