@@ -117,7 +117,7 @@ def stores(tracking: Any = None) -> tuple[Any, dict[str, str] | None]:
     """Where the report reads MLflow and the tables in this process, as the DAGs' tasks do: the
     ``mlflow_default`` connection (else ``MLFLOW_TRACKING_URI``, else the embedded store), and the
     ``aws`` connection ``DLTRAIN_AWS_CONN_ID`` names (else ``aws_default`` when it is defined)."""
-    from airflow_provider_dltrain.connections import aws_storage_options, get_connection
+    from airflow_provider_dltrain.commands.connections import aws_storage_options, get_connection
     from airflow_provider_dltrain.store.config import TrackingConfig, tracking_config_from
 
     if tracking is None:

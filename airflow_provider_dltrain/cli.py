@@ -41,8 +41,8 @@ def cmd_demo_run(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from airflow_provider_dltrain.champion import cli_tracking
-    from airflow_provider_dltrain.connections import cli_storage_options, storage_failure
+    from airflow_provider_dltrain.commands.champion import cli_tracking
+    from airflow_provider_dltrain.commands.connections import cli_storage_options, storage_failure
     from airflow_provider_dltrain.lake.storage import is_remote
     from airflow_provider_dltrain.lineage import format_lineage, lineage
 
@@ -71,8 +71,8 @@ def _storage_error(err: BaseException) -> bool:
 
 
 def cmd_champion(args: argparse.Namespace) -> int:
-    from airflow_provider_dltrain.champion import champion_report, cli_tracking, format_champion
-    from airflow_provider_dltrain.connections import cli_storage_options
+    from airflow_provider_dltrain.commands.champion import champion_report, cli_tracking, format_champion
+    from airflow_provider_dltrain.commands.connections import cli_storage_options
 
     tracking = cli_tracking(args.tracking_uri, cli_storage_options(args.aws_conn_id, args.storage_option))
     report = champion_report(tracking, args.model, args.as_of, args.alias)
@@ -82,8 +82,8 @@ def cmd_champion(args: argparse.Namespace) -> int:
 
 def cmd_backfill_report(args: argparse.Namespace) -> int:
     from airflow_provider_dltrain.backfill_report import backfill_report, format_report
-    from airflow_provider_dltrain.champion import NoStoreError, cli_tracking
-    from airflow_provider_dltrain.connections import cli_storage_options
+    from airflow_provider_dltrain.commands.champion import NoStoreError, cli_tracking
+    from airflow_provider_dltrain.commands.connections import cli_storage_options
 
     if args.end < args.start:
         print(f"END {args.end} is before START {args.start}", file=sys.stderr)
@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept --retention-hours below the table's retention (only when no write is running)",
     )
     vacuum.set_defaults(func=cmd_vacuum)
-    from airflow_provider_dltrain.history_command import add_history_parser
-    from airflow_provider_dltrain.reap_command import add_reap_parser
+    from airflow_provider_dltrain.commands.history import add_history_parser
+    from airflow_provider_dltrain.commands.reap import add_reap_parser
 
     add_history_parser(sub)
     add_reap_parser(sub)

@@ -3,7 +3,7 @@
 For each night D (one per day from ``start``):
 
 - **ingest**: a landing folder ``landing/ds=D`` with the night's CSV; the ETL stage's re-run check
-  (``jobs.rerun_check.check_etl``) establishes its facts (the input listing, the transform's code
+  (``etl.rerun_check.check_etl``) establishes its facts (the input listing, the transform's code
   hash, the parameters) and the partition is committed with them, the Airflow lineage keys and the
   quarantine count, by the lake writer the stages use (``lake.overwrite_partition``); its bad row
   goes to the quarantine table with the pairing the writer records;
@@ -161,7 +161,7 @@ def _land(year: Year, day: int) -> None:
 def ingest(year: Year, day: int) -> Any:
     """The ETL stage's decision and commits for night ``day`` (nothing when unchanged)."""
     from airflow_provider_dltrain import lake
-    from airflow_provider_dltrain.jobs.rerun_check import check_etl
+    from airflow_provider_dltrain.etl.rerun_check import check_etl
     from airflow_provider_dltrain.lake.pairing import META_ROWS_QUARANTINED, pairing_metadata
 
     ds, so = year.ds(day), year.storage_options
@@ -203,7 +203,7 @@ def score(year: Year, day: int) -> Any:
     import pyarrow.compute as pc
 
     from airflow_provider_dltrain import lake
-    from airflow_provider_dltrain.jobs.rerun_check import check_score
+    from airflow_provider_dltrain.etl.rerun_check import check_score
     from airflow_provider_dltrain.lake.reader import scan_version
 
     ds, so = year.ds(day), year.storage_options
@@ -314,7 +314,7 @@ def score_nightly(year: Year, day: int) -> Any:
     from airflow_provider_dltrain.engines.run_spec import RunSpec
     from airflow_provider_dltrain.inference import resolve_scoring_model
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
-    from airflow_provider_dltrain.jobs.rerun_check import check_score
+    from airflow_provider_dltrain.etl.rerun_check import check_score
     from airflow_provider_dltrain.jobs.stages import run_stage
     from airflow_provider_dltrain.lake.partition import validate_partition
     from benchmarks import year_model
@@ -410,7 +410,7 @@ def rerun(year: Year, day: int) -> dict[str, Any]:
 
     Returns what it decided; raises when any stage would compute (the re-run must be unchanged).
     """
-    from airflow_provider_dltrain.jobs.rerun_check import check_etl, check_score
+    from airflow_provider_dltrain.etl.rerun_check import check_etl, check_score
 
     ds = year.ds(day)
     etl = check_etl(year.etl_spec(ds), lambda _uri: year.storage_options)

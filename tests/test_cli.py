@@ -198,7 +198,7 @@ def test_vacuum_command_removes_files_of_killed_writes_and_keeps_referenced_ones
 def test_connections_from_the_environment_read_as_airflow_reads_them(uri):
     from airflow.sdk.definitions.connection import Connection as AirflowConnection
 
-    from airflow_provider_dltrain.connections import parse_connection
+    from airflow_provider_dltrain.commands.connections import parse_connection
 
     ours, theirs = parse_connection("c", uri), AirflowConnection.from_uri(uri, conn_id="c")
     for field in ("conn_type", "host", "login", "password", "port", "schema"):

@@ -34,7 +34,7 @@ def run_outcome(dag_id: str, ds: str) -> dict:
 
 
 def _tracking() -> Any:
-    from airflow_provider_dltrain.champion import NoStoreError, cli_tracking
+    from airflow_provider_dltrain.commands.champion import NoStoreError, cli_tracking
 
     try:
         return cli_tracking()

@@ -92,7 +92,7 @@ class RunSpec:
     """One stage run. ``stage`` is ``"etl"`` or ``"score"``; ``params`` holds that stage's arguments.
 
     ``etl`` params: ``transform`` (``"package.module:function"``), ``inputs``, ``transform_params``,
-    ``write`` (:class:`~airflow_provider_dltrain.jobs.stages.DeltaWriteOptions` as a dict),
+    ``write`` (:class:`~airflow_provider_dltrain.etl.write_options.DeltaWriteOptions` as a dict),
     ``spark_conf``. ``score`` params: ``model`` (``name``, ``version``, ``model_uri``, ``load_uri``),
     ``input`` (a DeltaRef dict), ``input_filter``, ``scoring``, ``allow_pickle``, ``tracking_uri``.
     """

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from airflow_provider_dltrain.engines import RunSpec
     from airflow_provider_dltrain.inference.model import ScoringModel
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
-    from airflow_provider_dltrain.jobs.rerun_check import RerunCheck
+    from airflow_provider_dltrain.etl.rerun_check import RerunCheck
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.store.config import TrackingConfig
 
@@ -212,7 +212,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
     def rerun_check(self) -> tuple[RerunCheck, ScoringModel, TrackingConfig, dict[str, Any]]:
         """The model resolved for this run and whether scoring with it would rewrite the partition
         unchanged: what ``execute`` and the backfill plan both decide with
-        (:func:`~airflow_provider_dltrain.jobs.rerun_check.check_score`); no model is loaded."""
+        (:func:`~airflow_provider_dltrain.etl.rerun_check.check_score`); no model is loaded."""
         from airflow_provider_dltrain.etl.inputs import check_filters
         from airflow_provider_dltrain.inference import resolve_scoring_model
 
@@ -247,7 +247,7 @@ class SparkBatchInferenceOperator(LineageResultMixin, EngineRun, BaseOperator):
     def _rerun_check(self, chosen: ScoringModel, ref: DeltaRef, storage: Any) -> RerunCheck:
         import dataclasses
 
-        from airflow_provider_dltrain.jobs.rerun_check import check_score
+        from airflow_provider_dltrain.etl.rerun_check import check_score
         from airflow_provider_dltrain.lake.partition import validate_partition
         from airflow_provider_dltrain.utils.input_checks import check_force
 

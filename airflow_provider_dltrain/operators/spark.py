@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_dltrain.engines import ENGINE_NAMES, check_engine_name
-from airflow_provider_dltrain.jobs.stages import DeltaWriteOptions
+from airflow_provider_dltrain.etl.write_options import DeltaWriteOptions
 from airflow_provider_dltrain.operators.engine_run import EngineJobLink, EngineRun, checked_options
 from airflow_provider_dltrain.operators.openlineage import LineageResultMixin
 from airflow_provider_dltrain.operators.user_errors import fail_fast_on_user_error
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import RunSpec
-    from airflow_provider_dltrain.jobs.rerun_check import RerunCheck
+    from airflow_provider_dltrain.etl.rerun_check import RerunCheck
 
 ENGINES = ENGINE_NAMES
 __all__ = ["ENGINES", "DeltaWriteOptions", "SparkToDeltaOperator"]
@@ -135,7 +135,7 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
         from airflow_provider_dltrain.engines import RunSpec
         from airflow_provider_dltrain.etl.dvc_inputs import recorded_inputs, resolve_dvc_inputs
         from airflow_provider_dltrain.etl.inputs import check_inputs
-        from airflow_provider_dltrain.jobs.stages import check_write_options
+        from airflow_provider_dltrain.etl.write_options import check_write_options
         from airflow_provider_dltrain.operators.engine_run import identity_from
         from airflow_provider_dltrain.operators.task_context import commit_metadata_from
 
@@ -171,8 +171,8 @@ class SparkToDeltaOperator(LineageResultMixin, EngineRun, BaseOperator):
 
     def rerun_check(self, spec: RunSpec) -> RerunCheck:
         """Whether the run would rewrite its partition unchanged: what ``execute`` and the backfill
-        plan both decide with (:func:`~airflow_provider_dltrain.jobs.rerun_check.check_etl`)."""
-        from airflow_provider_dltrain.jobs.rerun_check import check_etl
+        plan both decide with (:func:`~airflow_provider_dltrain.etl.rerun_check.check_etl`)."""
+        from airflow_provider_dltrain.etl.rerun_check import check_etl
 
         local_transform = self.transform if callable(self.transform) else None
         force = check_force(self.force, rendered=True)

@@ -144,7 +144,7 @@ class ContractChecks:
         )
 
     def check_unchanged_rerun(self, i: int) -> None:
-        from airflow_provider_dltrain.jobs.rerun_check import _decide
+        from airflow_provider_dltrain.etl.rerun_check import _decide
 
         text, facts = self.text(i), self.facts(i)
         if self.model.kind == "timestamp":

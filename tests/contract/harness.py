@@ -10,7 +10,7 @@ with a plain Delta tool) and a lagging one (an older ``head.json`` put back). Th
 is a string date, a ``date``, an ``int`` or a ``timestamp``.
 
 After each step, for every date written so far: the cut-off pin (``lake.cutoff_commit``), the
-partition pin (``lake.partition_commit``), the unchanged re-run decision (``jobs.rerun_check``, from
+partition pin (``lake.partition_commit``), the unchanged re-run decision (``etl.rerun_check``, from
 ``lake.rerun_facts``); and for the pins read so far, the rows and columns the one reader gives
 (``lake.reader.scan_version``, recovery included) and the content fingerprint
 (``lake.rerun_facts.version_fingerprint``). Each answer is the oracle's, or a typed refusal where the

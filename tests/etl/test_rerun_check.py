@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dltrain.engines import RunSpec
-from airflow_provider_dltrain.jobs.rerun_check import check_etl
+from airflow_provider_dltrain.etl.rerun_check import check_etl
 from airflow_provider_dltrain.lake import DeltaLog, overwrite_partition
 from airflow_provider_dltrain.lake.rerun_facts import META_RERUN_CHANGED, META_RERUN_FACTS
 

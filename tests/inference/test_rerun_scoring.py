@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dltrain.jobs.rerun_check import check_score
+from airflow_provider_dltrain.etl.rerun_check import check_score
 from airflow_provider_dltrain.lake import DeltaLog, overwrite_partition
 from airflow_provider_dltrain.lake.ref import DeltaRef
 
