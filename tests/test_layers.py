@@ -35,6 +35,17 @@ def test_every_top_level_module_and_package_has_a_place_in_the_layers():
     assert set(placed) - found == set(), "the layers name a module that no longer exists"
 
 
+def test_no_module_of_any_package_folder_is_in_an_import_cycle_with_a_sibling():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "acyclic_siblings"]
+    folders = {
+        f"airflow_provider_dltrain.{m.name}"
+        for m in pkgutil.iter_modules(airflow_provider_dltrain.__path__)
+        if m.ispkg
+    }
+    assert folders - set(contract["ancestors"]) == set(), "add the package to the acyclic contract"
+
+
 def test_the_import_contracts_are_kept():
     pytest.importorskip("importlinter")  # the dev extra: the compat cells' venvs go without it
     # in a process of its own: import-linter configures logging as a command line does

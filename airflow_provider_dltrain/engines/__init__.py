@@ -23,16 +23,8 @@ from airflow_provider_dltrain.engines.base import (
     outcome,
     wait,
 )
-from airflow_provider_dltrain.engines.placement import (
-    LOCAL,
-    STAGE,
-    TRAINING,
-    Options,
-    build,
-    names,
-    options_dict,
-    place,
-)
+from airflow_provider_dltrain.engines.options import Options, options_dict
+from airflow_provider_dltrain.engines.placement import LOCAL, STAGE, TRAINING, build, names, place
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 

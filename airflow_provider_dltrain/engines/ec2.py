@@ -45,7 +45,7 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     render_user_data,
     ssh_key_pair,
 )
-from airflow_provider_dltrain.engines.placement import Options
+from airflow_provider_dltrain.engines.options import Options
 from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import Stager

@@ -56,7 +56,7 @@ from airflow_provider_dltrain.engines.kubeflow_docker import (
     node_error_lines,
     remove_remains,
 )
-from airflow_provider_dltrain.engines.placement import Options
+from airflow_provider_dltrain.engines.options import Options
 from airflow_provider_dltrain.engines.run_spec import RunIdentity
 from airflow_provider_dltrain.engines.training_engine import TrainingEngine
 from airflow_provider_dltrain.exceptions import InvalidSpecError, require

@@ -5,11 +5,8 @@ A *place* is a name a user writes - ``engine=`` of a stage (``SparkToDeltaOperat
 its factory and what it can run (a stage, training, or both: ``ec2`` runs either). Places that run a
 job elsewhere are the adapters of this package, named here by module so that listing them imports
 no SDK; places that run in this process (``local``, ``ddp``, ``torch_distributor``, ``horovod``, a
-backend a user registers) are added by ``training.backends``, which owns them.
-
-Each options class is a frozen dataclass deriving :class:`Options`: its fields are the options,
-written once with their docstring; its ``check()`` refuses a bad value, so a typed object is checked
-- names and values - when it is built, which for an operator is when the DAG file is parsed.
+backend a user registers) are added by ``training.backends``, which owns them. Each options class
+derives :class:`~airflow_provider_dltrain.engines.options.Options`.
 """
 
 from __future__ import annotations
@@ -18,67 +15,13 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from airflow_provider_dltrain.engines.options import Options, options_dict
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 STAGE, TRAINING = "stage", "training"
 LOCAL = "local"
-OptionsT = TypeVar("OptionsT", bound="Options")
-
-
-class Options:
-    """Base of every engine's and backend's options dataclass (frozen): built from a mapping, checked once."""
-
-    def __post_init__(self) -> None:
-        if hasattr(self, "staging_uri") and not getattr(self, "staging_uri"):
-            raise InvalidSpecError(
-                "option staging_uri is required: where the job's spec, code and result go (an s3:// "
-                "prefix the job can read and write, e.g. 's3://my-bucket/dltrain')"
-            )
-        self.check()
-
-    def check(self) -> None:
-        """Refuse a bad value, naming the option and what to give (subclasses); normalise with :meth:`_set`."""
-
-    def _set(self, **values: Any) -> None:
-        for key, value in values.items():
-            object.__setattr__(self, key, value)
-
-    @classmethod
-    def of(cls: type[OptionsT], options: Any = None, *, what: str = "option", name: str = "") -> OptionsT:
-        """``options`` as this class: an instance as it is; a mapping (or another dataclass) checked
-        key by key, an unknown key or a missing one refused naming it and the valid ones."""
-        if isinstance(options, cls):
-            return options
-        given = options_dict(options)
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-        valid = sorted(f.name for f in fields)
-        place = f" for {what.split()[0]} {name!r}" if name else ""
-        for key in sorted(given, key=str):
-            if key not in valid:
-                raise InvalidSpecError(f"unknown {what} {key!r}{place}; valid: {', '.join(valid)}")
-        missing = [
-            f.name
-            for f in fields
-            if f.name not in given
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ]
-        if missing:
-            raise InvalidSpecError(f"{name or cls.__name__} needs {what} {', '.join(map(repr, missing))}")
-        return cls(**given)
-
-
-def options_dict(options: Any) -> dict[str, Any]:
-    """``options`` as keyword arguments: a mapping as it is, an options dataclass field by field."""
-    if options is None:
-        return {}
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    if isinstance(options, str):
-        raise InvalidSpecError(f"options must be a mapping or an options object, not the text {options!r}")
-    return dict(options)
 
 
 @dataclass(frozen=True)

@@ -80,10 +80,9 @@ def get_training_engine(
     name: str, clients: Callable[[str], Any], options: Mapping[str, Any] | None = None
 ) -> TrainingEngine:
     """The training engine ``name`` (``"sagemaker"``, ``"ec2"``, ``"ray"``) configured with ``options``."""
-    from airflow_provider_dltrain.engines import TRAINING_ENGINE_NAMES, get_engine
+    from airflow_provider_dltrain.engines.placement import TRAINING, build, names
 
-    if name not in TRAINING_ENGINE_NAMES:
-        raise InvalidSpecError(
-            f"backend={name!r} is not a training engine; choose one of {TRAINING_ENGINE_NAMES}"
-        )
-    return as_training_engine(get_engine(name, clients, options))
+    remote = names(TRAINING, remote=True)
+    if name not in remote:
+        raise InvalidSpecError(f"backend={name!r} is not a training engine; choose one of {remote}")
+    return as_training_engine(build(name, clients, options))

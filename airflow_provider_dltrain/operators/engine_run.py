@@ -133,7 +133,7 @@ class EngineRun:
             )
         self.job_started(context, engine, handle)
         if self.deferrable:
-            from airflow_provider_dltrain.engines import options_dict
+            from airflow_provider_dltrain.engines.options import options_dict
             from airflow_provider_dltrain.triggers.engines import EngineJobTrigger
 
             trigger = EngineJobTrigger(

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dltrain.engines import RunSpec
+    from airflow_provider_dltrain.etl.rerun_check import RerunCheck
     from airflow_provider_dltrain.inference.model import ScoringModel
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
-    from airflow_provider_dltrain.etl.rerun_check import RerunCheck
     from airflow_provider_dltrain.lake.ref import DeltaRef
     from airflow_provider_dltrain.store.config import TrackingConfig
 

@@ -17,15 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from airflow_provider_dltrain.engines.placement import (
-    PLACES,
-    TRAINING,
-    Options,
-    Place,
-    add_place,
-    names,
-    options_dict,
-)
+from airflow_provider_dltrain.engines.options import Options, options_dict
+from airflow_provider_dltrain.engines.placement import PLACES, TRAINING, Place, add_place, names
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.lake.storage import join
 from airflow_provider_dltrain.training.errors import failure

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dltrain.engines.placement import Options
+from airflow_provider_dltrain.engines.options import Options
 from airflow_provider_dltrain.exceptions import InvalidSpecError
 from airflow_provider_dltrain.training.errors import failure
 from airflow_provider_dltrain.training.rank_job import RankJob

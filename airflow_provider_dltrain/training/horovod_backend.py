@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dltrain.engines.placement import Options
+from airflow_provider_dltrain.engines.options import Options
 from airflow_provider_dltrain.exceptions import InvalidSpecError, MissingExtraError
 from airflow_provider_dltrain.lake.storage import is_remote
 from airflow_provider_dltrain.training.errors import failure
