@@ -42,7 +42,34 @@ _DATE_TEXT = re.compile(
     r"(?:[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?)?"
 )
 
-Partition = dict[str, str]
+
+
+class Partition(dict[str, str]):
+    """A partition spec that passed :func:`validate_partition`: ``{column: value}`` strings, frozen.
+
+    Validated once, where it enters (an operator, a hook, a job's spec); every later step that asks
+    :func:`validate_partition` again gets it back as it is. It is a ``dict`` for everything that reads
+    one (JSON, XCom, delta-rs filters, ``dict(...)``), but cannot be changed: build another with
+    ``validate_partition({...})``.
+    """
+
+    __slots__ = ()
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a Partition is frozen: build another with validate_partition({...})")
+
+    __setitem__ = __delitem__ = __ior__ = _frozen  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Partition, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+    def __repr__(self) -> str:
+        return dict.__repr__(self)
+
 
 META_DIGEST = "dltrain.content_digest"  # digest of the partition's rows after the commit
 META_PARTITION = "dltrain.partition"  # canonical JSON of the partition spec the commit replaced
@@ -203,6 +230,8 @@ def validate_partition(
     not partition names. An empty mapping or an empty value is refused: a write without a
     partition would replace the whole table.
     """
+    if isinstance(partition, Partition) and not bounds and not formats:
+        return partition  # validated where it entered
     if not partition:
         raise InvalidPartitionError(
             f"{field} is empty: pass e.g. {{'ds': '2026-11-28'}}; a write without a partition value "
@@ -213,12 +242,12 @@ def validate_partition(
             f"{field} must be a dict of column -> value, e.g. {{'ds': '2026-11-28'}}; got {type(partition).__name__}"
         )
     declared = check_partition_formats(formats, columns=[str(c) for c in partition])
-    result: Partition = {}
+    result: dict[str, str] = {}
     for column, value in partition.items():
         if not isinstance(column, str) or not _COLUMN.match(column):
             raise InvalidPartitionError(f"{field}: column name {column!r} is not a plain identifier")
         result[column] = check_partition_value(column, value, declared.get(column), field=field, bound=bounds)
-    return result
+    return result if bounds else Partition(result)  # bounds are no partition names
 
 
 def predicate(partition: Partition) -> str:

@@ -185,3 +185,24 @@ def test_a_compiled_term_decides_as_the_comparison_of_each_text_alone(op, value,
     term = compiled_term(op, value, delta_type)
     for text in texts:
         assert term(text) == compare_partition_value(text, delta_type, op, value), (text, op, value)
+
+
+def test_a_validated_partition_is_frozen_and_every_later_check_returns_it_as_it_is():
+    import json
+    import pickle
+
+    from airflow_provider_dltrain.exceptions import InvalidPartitionError
+    from airflow_provider_dltrain.lake.partition import Partition, validate_partition
+
+    spec = validate_partition({"ds": "2026-11-28"})
+    assert isinstance(spec, Partition) and spec == {"ds": "2026-11-28"}
+    assert validate_partition(spec) is spec  # validated once, where it entered
+    assert validate_partition(spec, formats={"ds": "date"}) == spec  # a declared format is still checked
+    with pytest.raises(InvalidPartitionError):
+        validate_partition(spec, formats={"ds": r"[0-9]{8}"})
+    with pytest.raises(TypeError, match="frozen"):
+        spec["ds"] = "2026-11-29"
+    with pytest.raises(TypeError, match="frozen"):
+        spec.update(ds="2026-11-29")
+    assert json.dumps(spec) == '{"ds": "2026-11-28"}' and pickle.loads(pickle.dumps(spec)) == spec
+    assert type(validate_partition({"ds": "2026-11-28 12:00"}, bounds=True)) is dict  # a bound is no name
