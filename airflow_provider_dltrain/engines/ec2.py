@@ -15,10 +15,11 @@ before each launch, so a retry completes the cluster it finds instead of startin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_dltrain.engines import ec2_instances
 from airflow_provider_dltrain.engines.base import (
     FAILED,
     PENDING,
@@ -33,7 +34,6 @@ from airflow_provider_dltrain.engines.ec2_instances import (
     LIVE,
     MANAGED_TAG,
     RANK_TAG,
-    instance_summary,
     terminate_job,
 )
 from airflow_provider_dltrain.engines.ec2_plan import (
@@ -42,11 +42,9 @@ from airflow_provider_dltrain.engines.ec2_plan import (
     LAUNCHERS,
     PYTHON,
     NodePlan,
-    render_user_data,
     ssh_key_pair,
 )
 from airflow_provider_dltrain.engines.options import Options
-from airflow_provider_dltrain.engines.resources import Clients, Resource, identity_of
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
 from airflow_provider_dltrain.engines.staging import Stager
 from airflow_provider_dltrain.engines.train_spec import job_tracking_env
@@ -275,45 +273,13 @@ class Ec2Engine(TrainingEngine):
         return public
 
     def user_data(self, plan: NodePlan, public_key: str | None = None) -> str:
-        return render_user_data(
-            plan,
-            max_minutes=self.options.max_minutes,
-            python=self.options.python,
-            setup_commands=self.options.setup_commands,
-            ssh_public_key=public_key,
-        )
+        return ec2_instances.user_data(plan, self.options, public_key)
 
     def request(
         self, plan: NodePlan, identity_tags: Mapping[str, str], image: str, public_key: str | None
     ) -> dict[str, Any]:
         """The ``RunInstances`` request of one node."""
-        tags = {**identity_tags, JOB_TAG: plan.job_name, RANK_TAG: str(plan.node_rank)}
-        tags.update({MANAGED_TAG: "true", "Name": f"{plan.job_name}-{plan.node_rank}"})
-        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
-        request: dict[str, Any] = {
-            **self.options.run_instances,
-            "ImageId": image,
-            "InstanceType": self.options.instance_type,
-            "MinCount": 1,
-            "MaxCount": 1,
-            "UserData": self.user_data(plan, public_key),
-            "InstanceInitiatedShutdownBehavior": "terminate",
-            "ClientToken": f"{plan.job_name}-{plan.node_rank}"[:64],
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tag_list},
-                {"ResourceType": "volume", "Tags": tag_list},
-            ],
-        }
-        if self.options.instance_profile:
-            key = "Arn" if self.options.instance_profile.startswith("arn:") else "Name"
-            request["IamInstanceProfile"] = {key: self.options.instance_profile}
-        if self.options.subnet_id:
-            request["SubnetId"] = self.options.subnet_id
-        if self.options.security_group_ids:
-            request["SecurityGroupIds"] = list(self.options.security_group_ids)
-        if self.options.key_name:
-            request["KeyName"] = self.options.key_name
-        return request
+        return ec2_instances.run_instances_request(plan, self.options, identity_tags, image, public_key)
 
     def _launch(
         self, plan: NodePlan, tags: Mapping[str, str], image: str, public_key: str | None
@@ -322,24 +288,12 @@ class Ec2Engine(TrainingEngine):
         return {"id": instance["InstanceId"], "ip": instance.get("PrivateIpAddress"), "rank": plan.node_rank}
 
     # -- finding and watching ----------------------------------------------------------------------
-    def _describe(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        pages = self.ec2.get_paginator("describe_instances").paginate(Filters=filters)
-        return [i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])]
-
     def _instances(self, job: str, states: Sequence[str] = LIVE) -> list[dict[str, Any]]:
-        filters = [
-            {"Name": f"tag:{JOB_TAG}", "Values": [job]},
-            {"Name": "instance-state-name", "Values": list(states)},
-        ]
-        return [instance_summary(i) for i in self._describe(filters)]
+        return ec2_instances.tagged(self.ec2, {JOB_TAG: job}, states)
 
     def find(self, identity: RunIdentity) -> JobHandle | None:
         """The cluster an earlier try of this task launched, completed if a crash cut its launch short."""
-        filters = [
-            {"Name": "tag:dltrain:task_key", "Values": [identity.task_key]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ]
-        live = [instance_summary(i) for i in self._describe(filters)]
+        live = ec2_instances.tagged(self.ec2, {"dltrain:task_key": identity.task_key}, ["pending", "running"])
         jobs = sorted({i["job"] for i in live}, key=lambda job: int(job.rsplit("-t", 1)[-1] or 0))
         if not jobs:
             return None
@@ -442,34 +396,3 @@ class Ec2Engine(TrainingEngine):
         terminate_job(self.ec2, job)
         run_uri = handle.result_uri.rsplit("/", 1)[0]
         self.stager.delete(f"{run_uri}/ssh/id_ed25519")
-
-
-# -- for the reaper ---------------------------------------------------------------------------------
-RESOURCE_KIND, STOP_VERB = "ec2_instance", "terminate"
-
-
-def live_resources(clients: Clients) -> Iterator[Resource]:
-    """Every live instance of a per-run cluster (tagged with its task's identity)."""
-    filters = [
-        {"Name": "tag-key", "Values": ["dltrain:run_id"]},
-        {"Name": "instance-state-name", "Values": LIVE},
-    ]
-    pages = clients("ec2").get_paginator("describe_instances").paginate(Filters=filters)
-    for instance in (
-        i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])
-    ):
-        identity = identity_of(instance.get("Tags"))
-        if identity is None:
-            continue
-        yield Resource(
-            RESOURCE_KIND,
-            instance["InstanceId"],
-            identity,
-            instance["State"]["Name"],
-            instance.get("LaunchTime"),
-            {"instance_id": instance["InstanceId"]},
-        )
-
-
-def stop_resource(clients: Clients, res: Resource) -> None:
-    clients("ec2").terminate_instances(InstanceIds=[res.ids["instance_id"]])

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from airflow_provider_dltrain.engines import (
-    ec2,
+    ec2_instances,
     emr,
     emr_serverless,
     glue,
@@ -35,10 +35,10 @@ log = logging.getLogger(__name__)
 
 # Each adapter lists its own live resources and stops one: RESOURCE_KIND, STOP_VERB,
 # live_resources(clients), stop_resource(clients, resource).
-ADAPTERS: tuple[ModuleType, ...] = (emr, glue, emr_serverless, ec2, sagemaker, sagemaker_processing)
+ADAPTERS: tuple[ModuleType, ...] = (emr, glue, emr_serverless, ec2_instances, sagemaker, sagemaker_processing)
 _BY_KIND = {adapter.RESOURCE_KIND: adapter for adapter in ADAPTERS}
 EMR_CLUSTER, GLUE_JOB_RUN = emr.RESOURCE_KIND, glue.RESOURCE_KIND
-EMR_SERVERLESS_JOB_RUN, EC2_INSTANCE = emr_serverless.RESOURCE_KIND, ec2.RESOURCE_KIND
+EMR_SERVERLESS_JOB_RUN, EC2_INSTANCE = emr_serverless.RESOURCE_KIND, ec2_instances.RESOURCE_KIND
 SAGEMAKER_TRAINING_JOB = sagemaker.RESOURCE_KIND
 SAGEMAKER_PROCESSING_JOB = sagemaker_processing.RESOURCE_KIND
 # Airflow task-instance states in which a task may still own (or re-attach to) its cloud job.

@@ -43,7 +43,6 @@ _DATE_TEXT = re.compile(
 )
 
 
-
 class Partition(dict[str, str]):
     """A partition spec that passed :func:`validate_partition`: ``{column: value}`` strings, frozen.
 
