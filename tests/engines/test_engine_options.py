@@ -156,3 +156,26 @@ def test_a_misspelt_or_bad_backend_option_fails_when_the_dag_is_defined():
     assert TrainModelOperator(
         backend="ddp", backend_options={"num_processes": 3}, **kwargs
     ).backend_options == (DdpOptions(num_processes=3))
+
+
+# each engine's page in docs/engines: its options table names exactly its options class's fields
+PAGES = {
+    "glue": "glue",
+    "emr": "emr",
+    "emr-serverless": "emr_serverless",
+    "sagemaker-processing": "sagemaker_processing",
+    "spark-submit": "spark_submit",
+    "sagemaker": "sagemaker",
+    "ec2": "ec2",
+    "ray": "ray",
+    "kubeflow": "kubeflow",
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_each_engine_page_documents_exactly_the_options_its_class_takes(page):
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "engines" / f"{page}.md").read_text()
+    first_cells = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert documented == {f.name for f in dataclasses.fields(options_class(PAGES[page]))}
+    assert set(PAGES.values()) == set(ADAPTERS)
