@@ -312,9 +312,9 @@ def score_nightly(year: Year, day: int) -> Any:
     import dataclasses
 
     from airflow_provider_dltrain.engines.run_spec import RunSpec
+    from airflow_provider_dltrain.etl.rerun_check import check_score
     from airflow_provider_dltrain.inference import resolve_scoring_model
     from airflow_provider_dltrain.inference.score_spec import ScoringSpec
-    from airflow_provider_dltrain.etl.rerun_check import check_score
     from airflow_provider_dltrain.jobs.stages import run_stage
     from airflow_provider_dltrain.lake.partition import validate_partition
     from benchmarks import year_model

@@ -14,6 +14,7 @@ before each launch, so a retry completes the cluster it finds instead of startin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,11 +104,11 @@ class Ec2Options(Options):
     master_port: int = 29500
     setup_commands: Sequence[str] = ()
     python: str = "python3"
-    env: Mapping[str, str] | None = None
-    secret_env: Mapping[str, str] | None = None
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    secret_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     key_name: str | None = None
     tracking_secret: str | None = None
-    run_instances: Mapping[str, Any] | None = None
+    run_instances: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     region: str | None = None
 
     def check(self) -> None:

@@ -9,6 +9,7 @@ transient cluster runs one step and terminates itself, and is also terminated by
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class EmrOptions(Options):
 
     staging_uri: str
     cluster_id: str | None = None
-    job_flow: Mapping[str, Any] | None = None
+    job_flow: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     venv_archive_uri: str | None = None
     spark_submit_args: Sequence[str] = ()
     region: str | None = None

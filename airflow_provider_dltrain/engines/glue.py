@@ -10,6 +10,7 @@ that task still runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,7 +76,7 @@ class GlueOptions(Options):
     worker_type: str = "G.1X"
     number_of_workers: int = 2
     additional_python_modules: Sequence[str] = DEFAULT_MODULES
-    default_arguments: Mapping[str, str] | None = None
+    default_arguments: Mapping[str, str] = dataclasses.field(default_factory=dict)
     max_concurrent_runs: int = 16
     timeout_minutes: int = 120
     region: str | None = None

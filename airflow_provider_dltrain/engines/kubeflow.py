@@ -28,6 +28,7 @@ one, so the name is free for the next try.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -105,7 +106,7 @@ class KubeflowOptions(Options):
     runtime: str = "torch-distributed"
     runtime_backend: str = "kubernetes"
     resources_per_node: Mapping[str, Any] | None = None
-    environment: Mapping[str, str] | None = None
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     namespace: str | None = None
     service_account: str | None = None
     tracking_secret: str | None = None

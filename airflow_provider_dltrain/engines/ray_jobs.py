@@ -21,6 +21,7 @@ working directory, Ray Train's worker group and process group. Nothing here star
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -118,13 +119,13 @@ class RayOptions(Options):
     staging_uri: str
     num_workers: int = 2
     use_gpu: bool = False
-    resources_per_worker: Mapping[str, float] | None = None
+    resources_per_worker: Mapping[str, float] = dataclasses.field(default_factory=dict)
     placement_strategy: str = "PACK"
     storage_path: str | None = None
-    runtime_env: Mapping[str, Any] | None = None
+    runtime_env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dashboard_url: str | None = None
     tracking_secret: str | None = None
-    environment: Mapping[str, str] | None = None
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     region: str | None = None
 
     def check(self) -> None:

@@ -14,6 +14,7 @@ task's InProgress jobs by their common prefix and re-attaches instead of startin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,9 +90,9 @@ class SageMakerOptions(Options):
     max_wait_s: int | None = None
     checkpoint_uri: str | None = None
     tracking_secret: str | None = None
-    environment: Mapping[str, str] | None = None
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     volume_size_gb: int = 30
-    vpc_config: Mapping[str, Sequence[str]] | None = None
+    vpc_config: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     framework_version: str = "2.5"
     py_version: str = "py311"
     mpi_options: Sequence[str] = ()

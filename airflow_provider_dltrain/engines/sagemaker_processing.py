@@ -15,6 +15,7 @@ InProgress jobs by their common prefix and re-attaches instead of starting a sec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -63,8 +64,8 @@ class SageMakerProcessingOptions(Options):
     instance_count: int = 1
     volume_size_gb: int = 30
     max_runtime_s: int = 7200
-    environment: Mapping[str, str] | None = None
-    network_config: Mapping[str, Any] | None = None
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    network_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     region: str | None = None
 
     def check(self) -> None:

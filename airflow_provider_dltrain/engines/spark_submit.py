@@ -8,6 +8,7 @@ a retry on the same machine re-attaches to it, and is killed (its whole process 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -90,7 +91,7 @@ class SparkSubmitOptions(Options):
     master: str
     staging_uri: str
     spark_submit_args: Sequence[str] = ()
-    env: Mapping[str, str] | None = None
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     deploy_mode: str = "client"
 
     def check(self) -> None:

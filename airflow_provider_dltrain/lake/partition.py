@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from airflow_provider_dltrain.exceptions import InvalidPartitionError, InvalidSpecError
 
@@ -215,14 +215,35 @@ def check_partition_value(
     return text
 
 
+@overload
+def validate_partition(
+    partition: Mapping[str, object] | None,
+    *,
+    field: str = ...,
+    formats: Mapping[str, object] | None = ...,
+    bounds: Literal[False] = ...,
+) -> Partition: ...
+
+
+@overload
+def validate_partition(
+    partition: Mapping[str, object] | None,
+    *,
+    field: str = ...,
+    formats: Mapping[str, object] | None = ...,
+    bounds: Literal[True],
+) -> dict[str, str]: ...
+
+
 def validate_partition(
     partition: Mapping[str, object] | None,
     *,
     field: str = "partition",
     formats: Mapping[str, object] | None = None,
     bounds: bool = False,
-) -> Partition:
-    """Return ``partition`` as ``{column: value}`` strings or raise naming what is wrong.
+) -> dict[str, str]:
+    """Return ``partition`` as a frozen :class:`Partition` of ``{column: value}`` strings (with
+    ``bounds``: a plain dict) or raise naming what is wrong.
 
     Every value must pass :func:`check_partition_value`, with the format ``formats`` declares for
     its column (``{"ds": "date"}``); with ``bounds`` the values are upper bounds of a comparison,
@@ -249,21 +270,21 @@ def validate_partition(
     return result if bounds else Partition(result)  # bounds are no partition names
 
 
-def predicate(partition: Partition) -> str:
+def predicate(partition: Mapping[str, str]) -> str:
     """SQL predicate selecting exactly ``partition`` (values validated, then quoted)."""
     partition = validate_partition(partition)
     return " AND ".join(f"\"{col}\" = '{val}'" for col, val in sorted(partition.items()))
 
 
-def filters(partition: Partition) -> list[tuple[str, str, str]]:
+def filters(partition: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """delta-rs/pyarrow DNF filter for exactly ``partition``."""
     return [(col, "=", val) for col, val in sorted(validate_partition(partition).items())]
 
 
-def key(partition: Partition) -> tuple[tuple[str, str | None], ...]:
+def key(partition: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted(validate_partition(partition).items()))
 
 
-def path_of(partition: Partition, partition_by: list[str]) -> str:
+def path_of(partition: Mapping[str, str], partition_by: list[str]) -> str:
     """Hive-style relative directory (``ds=2026-11-28``) in ``partition_by`` order."""
     return "/".join(f"{col}={partition[col]}" for col in partition_by)

@@ -11,6 +11,7 @@ directory is ``$DLTRAIN_HOME/runs/<run_id>`` on this machine).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -113,7 +114,7 @@ class TorchDistributorOptions(Options):
     num_processes: int = 2
     local_mode: bool = True
     use_gpu: bool = False
-    spark_conf: Mapping[str, str] | None = None
+    spark_conf: Mapping[str, str] = dataclasses.field(default_factory=dict)
     run_uri: str | None = None
 
     def check(self) -> None:

@@ -172,14 +172,14 @@ class HorovodOptions(Options):
     """``backend_options`` of ``backend="horovod"`` (:class:`HorovodBackend`).
 
     :param num_processes: number of ranks.
-    :param hosts: ``horovodrun -H`` value (default ``localhost:<num_processes>``); hosts other than
+    :param hosts: ``horovodrun -H`` value (default, empty: ``localhost:<num_processes>``); hosts other than
         this one are reached over SSH and need ``run_uri`` on a path every host mounts.
     :param run_uri: directory for run directories that every host reaches (a mounted path).
     :param start_timeout: seconds ``horovodrun`` waits for all ranks to start.
     """
 
     num_processes: int = 2
-    hosts: str | None = None
+    hosts: str = ""
     run_uri: str | None = None
     start_timeout: int = 60
 

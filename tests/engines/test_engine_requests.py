@@ -125,7 +125,11 @@ def test_emr_serverless_request():
         ("glue", {"staging_uri": "s3://b"}, "role"),
         ("emr", {"staging_uri": "s3://b"}, "cluster_id"),
         ("emr_serverless", {"staging_uri": "s3://b", "application_id": "a"}, "execution_role_arn"),
-        ("glue", {"staging_uri": "s3://b", "role": "R", "workers": 3}, "unknown engine option 'workers' for engine 'glue'"),
+        (
+            "glue",
+            {"staging_uri": "s3://b", "role": "R", "workers": 3},
+            "unknown engine option 'workers' for engine 'glue'",
+        ),
         ("glue", {"staging_uri": "", "role": "R"}, "staging_uri is required"),
         ("dataproc", {}, "not available"),
     ],

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_dltrain.exceptions import HistoryGoneError
 from airflow_provider_dltrain.etl.rerun_check import check_score
+from airflow_provider_dltrain.exceptions import HistoryGoneError
 from airflow_provider_dltrain.lake import DeltaLog, cutoff_commit, overwrite_partition
 from airflow_provider_dltrain.lake.history_index import INDEX_DIR
 from airflow_provider_dltrain.lake.rerun_facts import last_write

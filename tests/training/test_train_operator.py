@@ -162,7 +162,10 @@ def test_operator_templates_its_inputs_and_composes_the_backend():
         op.template_fields
     )
     assert any(isinstance(link, MlflowRunLink) for link in op.operator_extra_links)
-    assert op.backend_options == TorchDistributorOptions(num_processes=2) and op.mlflow_conn_id == "mlflow_default"
+    assert (
+        op.backend_options == TorchDistributorOptions(num_processes=2)
+        and op.mlflow_conn_id == "mlflow_default"
+    )
 
 
 def test_mlflow_run_link_points_at_the_server_run_page_without_credentials():
