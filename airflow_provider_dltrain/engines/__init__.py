@@ -8,8 +8,7 @@ connection, a notebook from a boto3 session). Which names exist and what each ru
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_dltrain.engines.base import (
@@ -24,9 +23,16 @@ from airflow_provider_dltrain.engines.base import (
     wait,
 )
 from airflow_provider_dltrain.engines.options import Options, options_dict
-from airflow_provider_dltrain.engines.placement import LOCAL, STAGE, TRAINING, build, names, place
+from airflow_provider_dltrain.engines.placement import (
+    LOCAL,
+    STAGE,
+    TRAINING,
+    build,
+    checked_options,
+    names,
+    place,
+)
 from airflow_provider_dltrain.engines.run_spec import RunIdentity, RunSpec
-from airflow_provider_dltrain.exceptions import InvalidSpecError
 
 # what users may write: engine= of a stage, backend= of TrainModelOperator that runs as a job elsewhere
 ENGINE_NAMES = names(STAGE)
@@ -49,46 +55,10 @@ def options_class(name: str) -> type[Options] | None:
 
 
 def check_engine_options(name: Any, options: Any, *, what: str = "engine") -> Any:
-    """``options`` as place ``name``'s options object, names and values checked: an unknown option is
-    refused naming it and the valid ones, a missing or bad value naming the option (an options object
-    of another place is refused the same way).
-
-    This runs where the DAG is defined. A templated name or a Jinja string of options is kept as it
-    is, and a mapping with a Jinja value keeps its form with its names checked: their values are
-    checked when they are rendered and the engine is built. A place without an options class (``local``
-    stages, a backend registered under a name of its own): the options as a mapping."""
-    if not isinstance(name, str) or "{{" in name or isinstance(options, str):
-        return options if options is not None else {}
-    from airflow_provider_dltrain.engines.placement import PLACES
-
-    where = PLACES.get(name)
-    in_process_stage = what == "engine" and where is not None and not where.remote  # takes no options
-    if where is None or where.options_class() is None or in_process_stage:
-        return options_dict(options)
-    if _templated(options):
-        given = options_dict(options)
-        _check_names(where, given, what)
-        return given
-    return where.options_of(options, what=what)
-
-
-def _templated(value: Any) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
-        return any(_templated(v) for v in options_dict(value).values())
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    return False
-
-
-def _check_names(where: Any, given: Mapping[str, Any], what: str) -> None:
-    valid = sorted(f.name for f in dataclasses.fields(where.options_class()))
-    for key in sorted(given, key=str):
-        if key not in valid:
-            raise InvalidSpecError(
-                f"unknown {what} option {key!r} for {what} {where.name!r}; valid: {', '.join(valid)}"
-            )
+    """``options`` as the operator keeps them, checked where the DAG is defined: ``what`` is the
+    user's word, ``"engine"`` (a stage's) or ``"backend"`` (training's); see
+    :func:`~airflow_provider_dltrain.engines.placement.checked_options`."""
+    return checked_options(name, options, STAGE if what == "engine" else TRAINING, word=what)
 
 
 def get_engine(name: str, clients: Callable[[str], Any], options: Any = None) -> Engine:

@@ -114,6 +114,44 @@ def build(name: str, clients: Callable[[str], Any], options: Any = None) -> Any:
     return factory(clients, where.options_of(options))
 
 
+def checked_options(name: Any, options: Any, runs: str, *, word: str = "engine") -> Any:
+    """``options`` for place ``name`` running ``runs`` (``STAGE`` or ``TRAINING``) as an operator keeps
+    them: the place's options object, names and values checked (an unknown option is refused naming it
+    and the valid ones, a missing or bad value naming the option, an options object of another place
+    the same way). ``word`` is what the user wrote, ``engine`` or ``backend``.
+
+    A templated name or a Jinja string of options is kept as it is, and a mapping with a Jinja value
+    keeps its form with its names checked: their values are checked once rendered, when the engine
+    is built. A place without options (``local`` stages, a backend registered under a name of its
+    own): the options as a mapping."""
+    if not isinstance(name, str) or "{{" in name or isinstance(options, str):
+        return options if options is not None else {}
+    where = PLACES.get(name)
+    cls = where.options_class() if where is not None else None
+    if where is None or cls is None or (runs == STAGE and not where.remote):  # in-process stages take none
+        return options_dict(options)
+    if _templated(options):
+        given = options_dict(options)
+        valid = sorted(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        for key in sorted(given, key=str):
+            if key not in valid:
+                raise InvalidSpecError(
+                    f"unknown {word} option {key!r} for {word} {name!r}; valid: {', '.join(valid)}"
+                )
+        return given
+    return where.options_of(options, what=word)
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        return any(_templated(v) for v in options_dict(value).values())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    return False
+
+
 def with_region(name: str, options: Any, region: str | None) -> Any:
     """``options`` with ``region`` filled in where the place is regional and the options leave it unset."""
     where = PLACES.get(name)
