@@ -38,6 +38,9 @@ def _land(landing, day: int, shift: float = 0.0) -> None:
     pcsv.write_csv(rows, os.path.join(folder, "part-0.csv"))
 
 
+GLUE = {"staging_uri": "s3://staging/dltrain", "role": "GlueJobRole"}
+
+
 def _ingest_dag(tmp_path, engine: str = "local") -> DAG:
     with DAG(
         "plan_ingest",
@@ -51,6 +54,7 @@ def _ingest_dag(tmp_path, engine: str = "local") -> DAG:
             table_uri=str(tmp_path / "lake" / "images"),
             partition={"ds": DS},
             engine=engine,
+            engine_options=GLUE if engine == "glue" else None,
         )
     return dag
 

@@ -127,13 +127,28 @@ def test_the_operator_refuses_a_bad_extra_tracking_when_the_dag_is_parsed(digits
         TrainModelOperator(**kwargs, extra_tracking={"wandb": {"projct": "p"}})
 
 
-@pytest.mark.parametrize("backend", ["ddp", "sagemaker", "ec2", "ray", "kubeflow"])
+# the options each backend needs before a DAG using it parses
+NEEDS = {
+    "ddp": {},
+    "sagemaker": {"staging_uri": "s3://b/s", "role": "arn:aws:iam::123456789012:role/Job"},
+    "ec2": {"staging_uri": "s3://b/s"},
+    "ray": {"address": "http://ray-head:8265", "staging_uri": "s3://b/s"},
+    "kubeflow": {"staging_uri": "s3://b/s", "image": "dltrain/train:local"},
+}
+
+
+@pytest.mark.parametrize("backend", sorted(NEEDS))
 def test_every_backend_accepts_wandb_when_the_dag_is_parsed(digits_ref, backend):
     from airflow_provider_dltrain.training.request import TrainingRequest
 
     wandb = {"wandb": {"project": "p", "mode": "offline"}}
     op = TrainModelOperator(
-        task_id="t", dataset=digits_ref.to_dict(), train_fn="m:f", backend=backend, extra_tracking=wandb
+        task_id="t",
+        dataset=digits_ref.to_dict(),
+        train_fn="m:f",
+        backend=backend,
+        backend_options=NEEDS[backend],
+        extra_tracking=wandb,
     )
     assert op.extra_tracking == wandb
     assert TrainingRequest("m:f", digits_ref, backend=backend, extra_tracking=wandb).extra_tracking == wandb
