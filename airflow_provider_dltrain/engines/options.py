@@ -39,13 +39,8 @@ class Options:
         key by key, an unknown key or a missing one refused naming it and the valid ones."""
         if isinstance(options, cls):
             return options
-        given = options_dict(options)
+        given = cls.known(options_dict(options), what=what, name=name)
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-        valid = sorted(f.name for f in fields)
-        place = f" for {what.split()[0]} {name!r}" if name else ""
-        for key in sorted(given, key=str):
-            if key not in valid:
-                raise InvalidSpecError(f"unknown {what} {key!r}{place}; valid: {', '.join(valid)}")
         missing = [
             f.name
             for f in fields
@@ -56,6 +51,16 @@ class Options:
         if missing:
             raise InvalidSpecError(f"{name or cls.__name__} needs {what} {', '.join(map(repr, missing))}")
         return cls(**given)
+
+    @classmethod
+    def known(cls, given: dict[str, Any], *, what: str = "option", name: str = "") -> dict[str, Any]:
+        """``given`` with every key a field of this class; an unknown one refused naming it and the valid ones."""
+        valid = sorted(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        place = f" for {what.split()[0]} {name!r}" if name else ""
+        for key in sorted(given, key=str):
+            if key not in valid:
+                raise InvalidSpecError(f"unknown {what} {key!r}{place}; valid: {', '.join(valid)}")
+        return given
 
 
 def options_dict(options: Any) -> dict[str, Any]:

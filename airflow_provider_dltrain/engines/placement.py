@@ -131,14 +131,7 @@ def checked_options(name: Any, options: Any, runs: str, *, word: str = "engine")
     if where is None or cls is None or (runs == STAGE and not where.remote):  # in-process stages take none
         return options_dict(options)
     if _templated(options):
-        given = options_dict(options)
-        valid = sorted(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-        for key in sorted(given, key=str):
-            if key not in valid:
-                raise InvalidSpecError(
-                    f"unknown {word} option {key!r} for {word} {name!r}; valid: {', '.join(valid)}"
-                )
-        return given
+        return cls.known(options_dict(options), what=f"{word} option", name=name)
     return where.options_of(options, what=word)
 
 
