@@ -19,7 +19,9 @@ Spark, submits a job or loads a model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import gc
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -101,9 +103,27 @@ def plan_backfill(
     params = {**_params(dag), **dict(conf or {})}  # validated once, not once per date
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
     # one registry search per question and one read of each table's history for the whole range
-    with snapshot():
+    with snapshot(wide=len(days) > WIDE_DATES), _settled_heap():
         dates = [plan_date(dag, ds, (runs or {}).get(ds), params, order, env) for ds in days]
     return BackfillPlan(dag.dag_id, dates)
+
+
+#: From how many dates a plan asks the registry for every version of a model once instead of a
+#: search per month of the range (a quarter: 6 month searches cost about what one of a year's costs).
+WIDE_DATES = 92
+
+
+@contextlib.contextmanager
+def _settled_heap() -> Iterator[None]:
+    """The objects that exist before the plan (a host process's: the API server's, a DAG parser's,
+    hundreds of thousands) are left out of the garbage collections the plan's own allocations
+    trigger (``gc.freeze``), and given back after: nothing made before the plan becomes garbage
+    because of it, and one full collection of them cost 0.3 s of a year's 2.4 s plan."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def plan_date(

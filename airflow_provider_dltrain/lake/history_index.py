@@ -137,6 +137,9 @@ class HistoryIndex:
     _by_text: dict[str, dict[Any, list[Key]]] = field(default_factory=dict, repr=False, compare=False)
     _texts: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _uniform: dict[tuple[str, ...], bool] = field(default_factory=dict, repr=False, compare=False)
+    _running: dict[tuple[str, int, int], tuple[list[str], list[Write | None]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     # -- queries --------------------------------------------------------------------------------
     def candidates(self, dnf: Any, columns: tuple[str, ...]) -> tuple[list[Key], bool] | None:
@@ -232,14 +235,20 @@ class HistoryIndex:
         """
         best: Write | None = None
         keys: Iterable[Key] = self.writes
+        through = self._one_text(bound, at_version)
         if bound is not None and isinstance(self.writes, SegmentedWrites):
             upto = self.indexed if at_version is None else at_version
             answered, keys = self.writes.bound_candidates(dict(bound), upto)
             best = max((Write.from_json(a) for a in answered), key=lambda w: w.version, default=None)
+        elif through is not None:
+            keys = list(self.writes)
         elif bound:  # only the partitions at or before the bound in a string column (string order)
             column, text = next(iter(bound.items()))
             if (self.partition_types or {}).get(column) == "string" and isinstance(text, str):
                 keys = self.keys_where(column, "<=", text)
+        if through is not None:
+            found = self._newest_through(list(keys), *through)
+            return found if found is not None and (best is None or found.version > best.version) else best
         for key in keys:
             if not matches(dict(key)):
                 continue
@@ -247,6 +256,44 @@ class HistoryIndex:
             if write is not None and (best is None or write.version > best.version):
                 best = write
         return best
+
+    def _one_text(self, bound: Mapping[str, Any] | None, at_version: int | None) -> tuple[str, str] | None:
+        """``(column, text)`` when ``bound`` is one string column's text and the question is about the
+        newest version: then :meth:`_newest_through` answers."""
+        if not bound or len(bound) != 1 or (at_version is not None and at_version < self.indexed):
+            return None
+        column, text = next(iter(bound.items()))
+        if (self.partition_types or {}).get(column) != "string" or not isinstance(text, str):
+            return None
+        return column, text
+
+    def _newest_through(self, keys: list[Key], column: str, text: str) -> Write | None:
+        """The newest write that changed the rows of one of ``keys`` whose ``column`` is ``<= text``
+        (string order), at the newest version: a running maximum over those partitions in text order,
+        built once per state of the index (and of the partitions read into memory), so a plan that asks
+        it for every date of a year reads each partition's writes once, not once per date. Where
+        versions tie (one commit wrote several partitions) the first in text order is given: the same
+        version, time and provenance as any other of them."""
+        state = (column, self.indexed, len(keys))
+        if state not in self._running:
+            by_text: dict[str, list[Key]] = {}
+            for key in keys:
+                value = dict(key).get(column)
+                if isinstance(value, str):
+                    by_text.setdefault(value, []).append(key)
+            texts = sorted(by_text)
+            running: list[Write | None] = []
+            best: Write | None = None
+            for each in texts:
+                for key in by_text[each]:
+                    write = self.last_data_write(key, None, files=True)
+                    if write is not None and (best is None or write.version > best.version):
+                        best = write
+                running.append(best)
+            self._running[state] = (texts, running)
+        texts, running = self._running[state]
+        at = bisect.bisect_right(texts, text)
+        return running[at - 1] if at else None
 
     def touched_between(self, after: int, upto: int, *, rearranged: bool = False) -> list[Key]:
         """Partitions whose rows some commit in ``(after, upto]`` changed (with ``rearranged``, also
@@ -310,6 +357,7 @@ class HistoryIndex:
         self._by_text.clear()
         self._texts.clear()
         self._uniform.clear()
+        self._running.clear()
         writes = self.writes.setdefault(key, [])
         if writes and writes[-1].version >= write.version:
             writes[:] = [w for w in writes if w.version != write.version]

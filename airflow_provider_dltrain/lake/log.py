@@ -271,8 +271,13 @@ class DeltaLog:
         else:
             question = ("checkpoint adds", self.uri, tuple(names))
             if question not in kept:
-                kept[question] = self._checkpoint_adds(names, None)
-            adds = kept[question]
+                kept[question] = _paths_by_value(self._checkpoint_adds(names, None))
+            by_value = kept[question]
+            if by_value is None:
+                return None
+            # the paths holding every wanted pair: the smallest set's, kept by the others
+            sets = sorted((by_value.get(pair, set()) for pair in wanted), key=len) or [by_value[None]]
+            return set(sets[0]).intersection(*sets[1:])
         if adds is None:
             return None
         paths: set[str] = set()
@@ -367,6 +372,23 @@ def _paths_in_partition(adds: Any, wanted: Sequence[tuple[str, str]]) -> list[st
     per_row = np.bincount(parent, weights=hits, minlength=len(values))
     rows = np.nonzero((per_row == len(wanted)) & adds.is_valid().to_numpy(zero_copy_only=False))[0]
     return [p for p in adds.field("path").take(pa.array(rows, pa.int64())).to_pylist() if p]
+
+
+def _paths_by_value(adds: list[Any] | None) -> dict[tuple[str, str] | None, set[str]] | None:
+    """``{(column, value): paths of the add actions with that partition value}`` of a checkpoint's
+    ``add`` columns (``None``: every path), read once for every partition a block asks about (None:
+    unreadable)."""
+    if adds is None:
+        return None
+    by_value: dict[tuple[str, str] | None, set[str]] = {None: set()}
+    for add in adds:
+        for row in add.to_pylist():
+            if row is None or not row.get("path"):
+                continue
+            by_value[None].add(row["path"])
+            for column, value in row.get("partitionValues") or ():
+                by_value.setdefault((column, value), set()).add(row["path"])
+    return by_value
 
 
 def _matches(values: Any, wanted: Sequence[tuple[str, str]]) -> bool:

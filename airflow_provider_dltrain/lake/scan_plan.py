@@ -290,6 +290,9 @@ def index_fingerprint(
     found = index.candidates(dnf, columns)
     if found is None:
         return None  # a partition without a value of every column: its files decide
+    kept = _prefix_fingerprint(index, dnf, columns, ref.version)
+    if kept is not _UNKNOWN:
+        return None if kept is None else (kept, columns)
     keys, exact = found
     lines = []
     for key in keys:
@@ -304,10 +307,74 @@ def index_fingerprint(
         if write.digest is None:
             continue  # emptied: no file, not selected
         lines.append(("/".join(f"{c}={values[c]}" for c in sorted(values)), write.digest))
-    digest = hashlib.sha256(b"dltrain-content-v1\n")
+    digest = hashlib.sha256(_CONTENT_HEAD)
     for path, value in sorted(lines):
         digest.update(f"{path}\t{value}\n".encode())
     return digest.hexdigest(), columns
+
+
+_CONTENT_HEAD = b"dltrain-content-v1\n"
+_UNKNOWN = object()
+
+
+def _through(dnf: Any, columns: tuple[str, ...]) -> str | None:
+    """``D`` when the filter is ``column <= D`` on a table partitioned by that one string column (a
+    nightly training's cut-off), else None."""
+    if len(columns) != 1 or len(dnf) != 1 or len(dnf[0]) != 1:
+        return None
+    column, op, value = dnf[0][0]
+    return value if column == columns[0] and op == "<=" and isinstance(value, str) else None
+
+
+def _prefix_fingerprint(index: Any, dnf: Any, columns: tuple[str, ...], version: int) -> Any:
+    """``index_fingerprint`` of ``column <= text`` (the filter ``dnf``) at ``version`` inside a
+    :func:`~airflow_provider_dltrain.lake.state.one_state` block (a plan asks it for every date of a
+    range): the hash over the partitions in text order is kept after each partition, with the version
+    since which none of them hashes differently, so each date's answer is one bisection, not a pass over
+    every earlier partition. It holds at or after that version (a compaction since keeps the digest);
+    before it, or outside a block, ``_UNKNOWN``: the loop answers. None: a partition's content is
+    unknown (another tool's write), as the loop says."""
+    import bisect
+
+    from airflow_provider_dltrain.lake import state
+
+    kept, text = state.kept(), _through(dnf, columns)
+    if kept is None or text is None:
+        return _UNKNOWN
+    column = columns[0]
+    question = ("prefix fingerprint", index.uri, index.indexed, column)
+    if question not in kept:
+        by_text = {dict(key).get(column): key for key in index.writes}
+        texts = sorted(t for t in by_text if isinstance(t, str))
+        digest, settled, known, prefix = hashlib.sha256(_CONTENT_HEAD), -1, True, []
+        for each in texts:
+            writes = index.writes.get(by_text[each]) or []
+            if writes:
+                last = writes[-1]
+                settled = max(settled, _settled(writes))
+                known = known and last.content_known
+                if last.digest is not None and known:
+                    digest.update(f"{column}={each}\t{last.digest}\n".encode())
+            prefix.append((digest.hexdigest() if known else None, settled))
+        kept[question] = (texts, prefix)
+    texts, prefix = kept[question]
+    at = bisect.bisect_right(texts, text)
+    if not at:
+        return hashlib.sha256(_CONTENT_HEAD).hexdigest()
+    answer, settled = prefix[at - 1]
+    return answer if settled <= version else _UNKNOWN
+
+
+def _settled(writes: Sequence[Any]) -> int:
+    """The oldest version from which a partition's newest write gives its line: the first of the
+    trailing writes that say what the newest says (content known or not, the same digest)."""
+    last = writes[-1]
+    settled = last.version
+    for write in reversed(writes):
+        if (write.content_known, write.digest) != (last.content_known, last.digest):
+            break
+        settled = write.version
+    return settled
 
 
 def fingerprint(

@@ -36,6 +36,7 @@ from airflow_provider_dltrain.store.client import (
     check_name,
     mlflow_client,
     search_versions,
+    versions_tagged,
 )
 from airflow_provider_dltrain.store.gate import evaluate_gate
 from airflow_provider_dltrain.store.models import (
@@ -192,7 +193,7 @@ def champion_as_of(
     from_tag, _ = history_tags(check_alias(alias, "alias"))
     month = day[:7]
     for _ in range(MONTHS_BACK):
-        found = search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` LIKE '{month}-%'")
+        found = versions_tagged(client, model_name, from_tag, f"{month}-")
         best = _latest_trusted(found, alias, day, exclude_version)
         if best is not None:
             return best
@@ -205,7 +206,7 @@ MONTHS_BACK = 3
 
 
 def _tagged(client: Any, model_name: str, from_tag: str) -> list[ModelVersionInfo]:
-    return search_versions(client, f"name = '{model_name}' and tags.`{from_tag}` != ''")
+    return versions_tagged(client, model_name, from_tag)
 
 
 def _latest_trusted(
@@ -225,7 +226,11 @@ def _latest_trusted(
 
 
 def _trusted(mv: ModelVersionInfo, alias: str, key: Any) -> bool:
-    problem = gate_promotion_problem(mv, alias)
+    from airflow_provider_dltrain.utils.snapshot import remembered
+
+    # a plan asks about the same promotions for every date of a month: judged (and warned of) once
+    question = ("gate promotion", alias, frozenset(mv.tags.items()))  # the verdict reads only these
+    problem = remembered(question, lambda: gate_promotion_problem(mv, alias))
     if problem is not None:
         log.warning(
             "Ignoring %s v%s as %r from %s: %s. Only promotions recorded by the dltrain gate count.",

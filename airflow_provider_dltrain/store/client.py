@@ -103,6 +103,28 @@ def search_versions(client: Any, filter_string: str) -> list[ModelVersionInfo]:
     return remembered(("search_versions", store, filter_string), lambda: _search(client, filter_string))
 
 
+def versions_tagged(client: Any, name: str, tag: str, prefix: str | None = None) -> list[ModelVersionInfo]:
+    """The versions of ``name`` whose tag ``tag`` is set (to a value starting with ``prefix``), in the
+    order the registry's search gives them.
+
+    One search with that filter; inside a wide :func:`~airflow_provider_dltrain.utils.snapshot.snapshot`
+    (a plan of many dates asks it for every month of the range), the block's one search of every
+    version of ``name``, filtered here. ``prefix`` is a cut-off's month or day (``2026-05-``): no LIKE
+    wildcard in it.
+    """
+    from airflow_provider_dltrain.utils.snapshot import is_wide, remembered
+
+    if not is_wide():
+        where = f"LIKE '{prefix}%'" if prefix is not None else "!= ''"
+        return search_versions(client, f"name = '{name}' and tags.`{tag}` {where}")
+    every = search_versions(client, f"name = '{name}'")
+    store = getattr(client, "_registry_uri", None) or id(client)
+    return remembered(
+        ("versions_tagged", store, name, tag, prefix),
+        lambda: [mv for mv in every if mv.tags.get(tag) and mv.tags[tag].startswith(prefix or "")],
+    )
+
+
 def _search(client: Any, filter_string: str) -> list[ModelVersionInfo]:
     found: list[ModelVersionInfo] = []
     token: str | None = None

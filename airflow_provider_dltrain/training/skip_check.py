@@ -94,12 +94,11 @@ def _already_judged(
 ) -> str | None:
     """A version with identical inputs for this cut-off whose gate already decided: retraining
     would rebuild the same model and register a duplicate, so skip and say which one it was."""
-    from airflow_provider_dltrain.store.client import mlflow_client, search_versions
+    from airflow_provider_dltrain.store.client import mlflow_client, versions_tagged
 
     # the versions registered for cut-offs in this cut-off's month: one search, whatever the
     # registry's history, and the same search for every date of that month (a plan asks it once)
-    wanted = f"name = '{name}' and tags.`dltrain.data_cutoff` LIKE '{cutoff[:7]}%'"
-    for mv in search_versions(mlflow_client(tracking), wanted):
+    for mv in versions_tagged(mlflow_client(tracking), name, "dltrain.data_cutoff", cutoff[:7]):
         tags = mv.tags
         if tags.get("dltrain.data_cutoff") != cutoff or not tags.get("dltrain.gate.decision"):
             continue

@@ -244,6 +244,45 @@ class ContractChecks:
         if rows != expected:
             raise Violation(f"{what}: rows {rows}, the contract says {expected} (R4)")
 
+    def check_one_block(self, texts: list[str]) -> None:
+        """A backfill plan asks every date at once inside one block (``lake.state.one_state``), where the
+        cut-off pin, the training data's fingerprint and a partition's presence are answered from
+        structures built once for the block (a running newest write, prefix hashes, the checkpoint's
+        paths by value): each must equal the answer the same call gives on its own, date by date,
+        also at the version before the pin (where the prefix hash may not hold)."""
+        from airflow_provider_dltrain.lake.ref import DeltaRef
+        from airflow_provider_dltrain.lake.scan_plan import index_fingerprint
+        from airflow_provider_dltrain.lake.state import one_state
+        from airflow_provider_dltrain.lake.table import has_partition
+
+        def answers() -> list[Any]:
+            out: list[Any] = []
+            for text in texts:
+                pin = self._answer(
+                    f"cutoff_commit <= {text}", partial(cutoff_commit, self.uri, {COLUMN: text})
+                )
+                out.append(repr(pin))
+                if isinstance(pin, DltrainError):
+                    continue
+                for version in {pin.version, max(pin.version - 1, 0)}:
+                    ref, where = DeltaRef(self.uri, version), [(COLUMN, "<=", text)]
+                    out.append(self._answer("index_fingerprint", partial(index_fingerprint, ref, where)))
+                    out.append(
+                        self._answer(
+                            "has_partition", partial(has_partition, self.uri, version, {COLUMN: text})
+                        )
+                    )
+            return [repr(a) for a in out]
+
+        alone = answers()
+        with one_state():
+            together = answers()
+        if together != alone:
+            pairs = enumerate(zip(together, alone, strict=False))
+            diff = next((i for i, (a, b) in pairs if a != b), min(len(together), len(alone)))
+            got = together[diff] if diff < len(together) else "nothing"
+            raise Violation(f"inside one block answer {diff} is {got}, alone {alone[diff : diff + 1]}")
+
     def check_fingerprints(self, reads: list[tuple[int, list[tuple[str, str, str]]]]) -> None:
         """R6 for the newest pin against every content fingerprinted before (remembered by hash)."""
         from airflow_provider_dltrain.lake.ref import DeltaRef

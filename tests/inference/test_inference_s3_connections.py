@@ -167,7 +167,7 @@ def test_etl_scoring_and_lineage_each_reach_their_tables_through_their_own_conne
     assert isinstance(info.value.__cause__, TableNotFoundError)
 
 
-def test_a_connection_without_credentials_fails_naming_the_table(world, monkeypatch):
+def test_a_connection_without_credentials_fails_naming_the_table(store, world, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
     from airflow_provider_dltrain.operators.inference import SparkBatchInferenceOperator
@@ -179,6 +179,10 @@ def test_a_connection_without_credentials_fails_naming_the_table(world, monkeypa
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     empty = {"conn_type": "aws", "extra": {"endpoint_url": world.a, "region_name": "us-east-1"}}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_EMPTY", json.dumps(empty))
+    # the store's own connection: the model resolves whichever test ran before on this worker
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_S3TEST", json.dumps({"conn_type": "mlflow", "host": store.tracking.tracking_uri})
+    )
     _conn(monkeypatch, "aws_out", world.b)
     input_uri = f"s3://{world.lake}/features"
     op = SparkBatchInferenceOperator(
@@ -188,7 +192,7 @@ def test_a_connection_without_credentials_fails_naming_the_table(world, monkeypa
         table_uri=f"s3://{world.scores}/scores",
         partition={"ds": DAY},
         scoring={"feature_columns": ["features"], "key_columns": ["id"]},
-        mlflow_conn_id=None,
+        mlflow_conn_id="mlflow_s3test",
         aws_conn_id="aws_out",
         input_aws_conn_id="aws_empty",
     )

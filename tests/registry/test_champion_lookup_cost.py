@@ -75,3 +75,43 @@ def test_a_date_in_a_month_with_promotions_asks_for_that_month_only(tracking, hi
     searches.clear()
     assert champion_as_of(tracking, MODEL, "2026-02-14").version == history["2026-01-15"]
     assert [rows for _, rows in searches] == [0, 1]  # February, then January
+
+
+def test_a_plan_of_many_dates_asks_the_registry_once_and_answers_each_date_as_alone(
+    tracking, history, monkeypatch
+):
+    """A wide block (a backfill plan of more than a quarter) answers the month-by-month questions from
+    one search of every version; each date's champion is the one its own lookup finds."""
+    from datetime import date, timedelta
+
+    from mlflow import MlflowClient
+
+    from airflow_provider_dltrain.store.client import mlflow_client, versions_tagged
+    from airflow_provider_dltrain.utils.snapshot import snapshot
+
+    days = [(date(2025, 12, 20) + timedelta(days=i)).isoformat() for i in range(0, 240, 3)]
+    alone = [getattr(champion_as_of(tracking, MODEL, d), "version", None) for d in days]
+    by_month = {
+        m: versions_tagged(mlflow_client(tracking), MODEL, "dltrain.champion_from", m)
+        for m in ("2026-03-", "")
+    }
+    searches: list[str] = []
+    real = MlflowClient.search_model_versions
+
+    def counted(self, filter_string=None, *args, **kwargs):
+        searches.append(filter_string)
+        return real(self, filter_string, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "search_model_versions", counted)
+    with snapshot(wide=True):
+        together = [getattr(champion_as_of(tracking, MODEL, d), "version", None) for d in days]
+        tagged = {
+            m: versions_tagged(mlflow_client(tracking), MODEL, "dltrain.champion_from", m) for m in by_month
+        }
+    assert together == alone and set(alone) >= set(history.values())
+    assert tagged == by_month and [v.version for v in tagged["2026-03-"]] != []
+    assert searches == [f"name = '{MODEL}'"]
+    searches.clear()
+    with snapshot():  # a narrow block: a search per month, as a nightly asks
+        assert champion_as_of(tracking, MODEL, "2026-03-25").version == history["2026-03-20"]
+    assert searches == [f"name = '{MODEL}' and tags.`dltrain.champion_from` LIKE '2026-03-%'"]
