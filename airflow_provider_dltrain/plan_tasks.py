@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,13 @@ class PlanTaskInstance:
         return None
 
 
+#: The rendered copies' logger: a task's own INFO lines ("pinned ... to version N", "model ... resolved
+#: to ...") would be printed once per date and task (730 lines, about half the time of a year's plan);
+#: warnings still reach the log (set this logger's level to INFO to see the rest).
+QUIET = logging.getLogger(__name__)
+QUIET.setLevel(logging.WARNING)
+
+
 def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any], env: Any = None) -> Any:
     """A copy of ``task`` whose templated fields are rendered for ``context`` (the DAG's task is untouched).
 
@@ -74,6 +82,7 @@ def rendered(task: Any, context: dict[str, Any], outputs: Mapping[str, Any], env
     """
     ti = PlanTaskInstance(context["dag_id"], context["run_id"], task.task_id, outputs)
     mine = copy.copy(task)
+    mine._cached_logger = mine._log = QUIET  # what the task logs when it runs is not news in a plan
     mine.render_template_fields({**context, "ti": ti, "task_instance": ti, "task": mine}, jinja_env=env)
     return mine, {**context, "ti": ti, "task_instance": ti, "task": mine}
 

@@ -157,3 +157,16 @@ def test_a_plan_asks_each_question_once_and_a_run_outside_it_asks_again():
     with snapshot():
         assert [remembered("q", ask), remembered("q", ask)] == [3, 3]
     assert remembered("q", ask) == 4
+
+
+def test_a_plan_keeps_each_tasks_info_lines_out_of_the_log_and_its_warnings_in(nightly):
+    """A year's plan would log each task's "pinned ..." and "model ... resolved" once per date (730
+    lines, about half the plan's time); the rendered copies log warnings only, the DAG's tasks as before."""
+    import logging
+
+    from airflow_provider_dltrain.plan_tasks import QUIET
+
+    task = nightly.get_task("ingest")
+    mine, _ = rendered(task, run_context(nightly, _ds(0), None), {})
+    assert mine.log is QUIET and not mine.log.isEnabledFor(logging.INFO)
+    assert mine.log.isEnabledFor(logging.WARNING) and task.log is not QUIET
