@@ -242,7 +242,7 @@ coverage:
 	rm -rf $(DLTRAIN_HOME)/coverage; mkdir -p $(DLTRAIN_HOME)/coverage
 	-COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(MAKE) test COVERAGE=1
 	COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(PY) -m coverage combine -q
-	COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(PY) -m coverage report --precision=1 | tail -1
+	COVERAGE_DIR=$(DLTRAIN_HOME)/coverage $(PY) -m coverage report --precision=1 | grep -E "^(Name|TOTAL)"
 
 clean:
 	rm -rf $(DLTRAIN_HOME) .pytest_cache .mypy_cache .ruff_cache build *.egg-info spark-warehouse metastore_db derby.log
