@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+UV := $(VENV)/bin/uv
 # The CPU build of PyTorch on this machine's disk; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_VERSION ?= 2.13.0
 UV_VERSION ?= 0.13.9
@@ -56,11 +57,9 @@ install: $(VENV)/.installed $(SPARK_CDS)
 # unpinned torch is a multi-GB CUDA build). The rest with uv, pinned by the same constraints file: it
 # downloads, unpacks and compiles the bytecode in parallel, about 2x faster than pip here. (Compiled up
 # front as pip does: with PYTHONDONTWRITEBYTECODE set, every process would compile Airflow again.)
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel uv==$(UV_VERSION)
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) $(UV)
 	$(PIP) install -q torch==$(TORCH_VERSION)
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c $(CONSTRAINTS) -e '.[all,dev]'
+	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(CONSTRAINTS) -e '.[all,dev]'
 	touch $@
 
 # The class-data-sharing archive of a small Spark session, per venv: the demo's and the tests' Spark
@@ -117,9 +116,15 @@ COMPAT_CELLS ?=
 test-compat: install
 	$(PY) compat/matrix.py test $(COMPAT_CELLS)
 
-# The floor cell only: its venv, the import and DAG-parse tests, the demo's first date (.ci/run, before the suite).
-test-compat-smoke: install
-	$(PY) compat/matrix.py smoke
+# The floor cell only: its venv, the import and DAG-parse tests, the demo's first date. It needs uv, not the
+# main venv's packages: .ci/run starts it beside `make test`, whose install leaves a core idle.
+test-compat-smoke: $(UV)
+	$(PYTHON) compat/matrix.py smoke
+
+# uv in $(VENV), before the rest of the install: what the support matrix builds its venvs with.
+$(UV):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel uv==$(UV_VERSION)
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)
