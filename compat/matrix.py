@@ -118,8 +118,8 @@ TESTS = (
     "tests/etl/test_operator_input_checks.py",
     "tests/test_dist.py",
 )
-# The smoke .ci/run runs on the floor: imports, the DAGs' parse, then the demo's first date, in a venv
-# of the floor's pins with only the extras these need (a third of the floor's install).
+# The smoke .ci/run runs on the floor, beside make test: imports, the DAGs' parse, then the demo's first
+# date, in a venv of the floor's pins with only the extras these need (a third of the floor's install).
 SMOKE_TESTS = ("tests/test_airflow_compat.py", "tests/dags/test_dag_integrity.py")
 SMOKE_EXTRAS = "aws,spark,testing"
 DEMO_DATE = "2026-11-24"
