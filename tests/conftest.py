@@ -5,8 +5,10 @@ Airflow reads its configuration at import, so the environment is set before anyt
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,6 +31,16 @@ pytest_plugins = [
 
 REPO = Path(__file__).resolve().parents[1]
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="dltrain-tests-"))
+_SESSION_PID = os.getpid()
+
+
+@atexit.register
+def _remove_session_home() -> None:
+    """Each process that imported this module (the controller, each worker) removes its own home at exit;
+    a forked child that exits through atexit leaves its parent's alone."""
+    if os.getpid() == _SESSION_PID:
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
 
 os.environ.setdefault("DLTRAIN_HOME", str(_SESSION_HOME / "home"))
 os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
