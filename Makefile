@@ -5,6 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 UV := $(VENV)/bin/uv
+# uv at UV_VERSION in $(VENV) (a new UV_VERSION installs it again)
+UV_MARK = $(VENV)/.uv-$(UV_VERSION)
 # The CPU build of PyTorch on this machine's disk; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_VERSION ?= 2.13.0
 UV_VERSION ?= 0.13.9
@@ -49,7 +51,7 @@ SPARK35_TESTS ?= tests/etl/test_writer.py tests/etl/test_delta_inputs.py tests/e
 	tests/inference/test_non_finite_scores.py tests/inference/test_inference_worker.py \
 	tests/training/test_training_ddp.py
 
-.PHONY: install demo test coverage test-durations test-stack test-quick test-compat test-compat-smoke test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
+.PHONY: uv install demo test coverage test-durations test-stack test-quick test-compat test-compat-smoke test-spark35 spark35 horovod mpi chromium docker dockerd images test-images bench lint clean constraints dist docs
 
 install: $(VENV)/.installed $(SPARK_CDS)
 
@@ -57,7 +59,7 @@ install: $(VENV)/.installed $(SPARK_CDS)
 # unpinned torch is a multi-GB CUDA build). The rest with uv, pinned by the same constraints file: it
 # downloads, unpacks and compiles the bytecode in parallel, about 2x faster than pip here. (Compiled up
 # front as pip does: with PYTHONDONTWRITEBYTECODE set, every process would compile Airflow again.)
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) $(UV)
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) $(UV_MARK)
 	$(PIP) install -q torch==$(TORCH_VERSION)
 	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(CONSTRAINTS) -e '.[all,dev]'
 	touch $@
@@ -121,13 +123,16 @@ test-compat: install
 
 # The floor cell only: its venv, the import and DAG-parse tests, the demo's first date. It needs uv, not the
 # main venv's packages: .ci/run starts it beside `make test`, whose install leaves a core idle.
-test-compat-smoke: $(UV)
+test-compat-smoke: uv
 	$(PYTHON) compat/matrix.py smoke
 
 # uv in $(VENV), before the rest of the install: what the support matrix builds its venvs with.
-$(UV):
+uv: $(UV_MARK)
+
+$(UV_MARK):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel uv==$(UV_VERSION)
+	touch $@
 
 test-spark35: spark35
 	$(SPARK35_PY) -m pytest $(SPARK35_TESTS)
